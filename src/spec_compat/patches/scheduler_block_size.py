@@ -1,0 +1,79 @@
+"""Give ``Scheduler`` the block size the engine core would give it.
+
+Target: ``vllm_hidden_states_generator.Scheduler`` (speculators 0.3.0).
+Why: vLLM 0.11.1 made ``block_size`` a required ``Scheduler.__init__`` parameter; the stock
+    0.3.0 call omits it (``TypeError``).
+How: the stock module's ``Scheduler`` computes the value as ``EngineCore`` does: from 0.20
+    ``kv_cache_utils.resolve_kv_cache_block_sizes`` (which also gives ``hash_block_size``),
+    before that ``cache_config.block_size`` times the decode and prefill context-parallel
+    sizes.  Nothing is hard-coded, so platform block sizes pass through.
+Upstream change: vLLM 0.11.1 ``v1/core/sched/scheduler.py``; 0.20 added ``hash_block_size``.
+Remove when: the extractor passes ``block_size`` itself (speculators 0.4.x).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from ..gates import Verdict, binding_probe, missing_and_unexpected
+from ..registry import Patch
+from ._stock import GENERATOR, parameters
+
+ADDED = {"block_size", "hash_block_size"}
+
+
+def _installed() -> Any:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return Scheduler
+
+
+def probe(module: ModuleType) -> Verdict:
+    def fixable(call, params) -> bool:
+        missing, unexpected = missing_and_unexpected(call, params)
+        return not unexpected and missing <= ADDED and {"vllm_config", "kv_cache_config"} <= (
+            call.keywords
+        )
+
+    return binding_probe(module, "Scheduler", _installed(), fixable)
+
+
+def engine_block_sizes(vllm_config: Any, kv_cache_config: Any) -> dict[str, int | None]:
+    from vllm.v1.core import kv_cache_utils
+
+    resolve = getattr(kv_cache_utils, "resolve_kv_cache_block_sizes", None)
+    if resolve is not None:
+        block_size, hash_block_size = resolve(kv_cache_config, vllm_config)
+        return {"block_size": block_size, "hash_block_size": hash_block_size}
+    parallel = vllm_config.parallel_config
+    block_size = (
+        vllm_config.cache_config.block_size
+        * getattr(parallel, "decode_context_parallel_size", 1)
+        * getattr(parallel, "prefill_context_parallel_size", 1)
+    )
+    return {"block_size": block_size}
+
+
+def wrap(original: Any) -> Any:
+    accepted = parameters(original)
+
+    def Scheduler(*args: Any, **kwargs: Any) -> Any:
+        if "block_size" in accepted and "block_size" not in kwargs:
+            sizes = engine_block_sizes(kwargs["vllm_config"], kwargs["kv_cache_config"])
+            kwargs.update({k: v for k, v in sizes.items() if k in accepted})
+        return original(*args, **kwargs)
+
+    Scheduler.__wrapped__ = original  # type: ignore[attr-defined]
+    return Scheduler
+
+
+PATCH = Patch(
+    name="scheduler_block_size",
+    side="driver",
+    module=GENERATOR,
+    target="Scheduler",
+    summary="pass Scheduler the block size EngineCore would (required since 0.11.1)",
+    probe=probe,
+    wrap=wrap,
+)

