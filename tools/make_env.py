@@ -79,15 +79,34 @@ def build(vllm_version: str) -> Path:
         reqs = wheel_requirements(wheel, PYTHON)
         deps = [str(r) for r in reqs if r.name not in TORCH_FAMILY]
         find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
-        run(*uv, "pip", "install", "--python", py, *find_links, torch_requirement(reqs), *deps,
-            *SPECULATORS_RUNTIME, *TEST_STACK)
+        run(
+            *uv,
+            "pip",
+            "install",
+            "--python",
+            py,
+            *find_links,
+            torch_requirement(reqs),
+            *deps,
+            *SPECULATORS_RUNTIME,
+            *TEST_STACK,
+        )
         run(*uv, "pip", "install", "--python", py, "--no-deps", str(wheel))
     run(*uv, "pip", "install", "--python", py, "--no-deps", "-e", str(ROOT))
     for line in SPECULATORS_LINES:
         target = VENVS / f"speculators-{line}"
         if not (target / "speculators").is_dir():
-            run(*uv, "pip", "install", "--python", py, "--no-deps", "--target", str(target),
-                f"speculators=={line}")
+            run(
+                *uv,
+                "pip",
+                "install",
+                "--python",
+                py,
+                "--no-deps",
+                "--target",
+                str(target),
+                f"speculators=={line}",
+            )
     marker.write_text(vllm_version)
     return venv
 

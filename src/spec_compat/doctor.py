@@ -1,7 +1,8 @@
 """`python -m spec_compat doctor`: what would be patched here, and what cannot be.
 
-Loads no model and starts no vLLM process: it imports the stock speculators modules (and so
-vLLM), runs every patch's gates against them and prints the result.
+Loads no model and starts no vLLM process: it calls `spec_compat.apply()` in its own process,
+imports the stock speculators modules (and so vLLM), which runs every patch's gates, and
+prints what happened to each patch.
 
 Exit codes: 0 every patch is applied-or-not-needed; 1 unsupported drift; 2 environment
 problem (vllm or speculators missing, or the stock modules do not import).
@@ -17,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import REGISTRY, __version__
+from . import __version__, apply, status
 from .gates import installed_version
 from .patches._stock import GENERATOR, WORKER
-from .registry import Result, State
+from .registry import Result, State, UnsupportedDrift
 
 EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT = 0, 1, 2
 PACKAGES = {
@@ -74,7 +75,8 @@ def collect() -> Report:
     started = time.perf_counter()
     versions = {"python": platform.python_version()}
     versions |= {
-        name: str(v) if (v := installed_version(*dists)) else None for name, dists in PACKAGES.items()
+        name: str(v) if (v := installed_version(*dists)) else None
+        for name, dists in PACKAGES.items()
     }
     report = Report(versions)
     for required in ("vllm", "speculators"):
@@ -83,17 +85,18 @@ def collect() -> Report:
     if report.problems:
         report.seconds = time.perf_counter() - started
         return report
-    modules = {}
+    # Apply exactly as a user would, then import the stock modules: the report is what
+    # apply() does here, import-time patches (transformers 5) included.
+    apply()
     for name in (GENERATOR, WORKER):
         try:
-            modules[name] = importlib.import_module(name)
+            importlib.import_module(name)
+        except UnsupportedDrift:
+            pass  # recorded per patch in status()
         except Exception as exc:
             report.problems.append(f"import {name} failed: {type(exc).__name__}: {exc}")
     report.platform = _vllm_platform()
-    for patch in REGISTRY.patches.values():
-        module = modules.get(patch.module)
-        if module is not None:
-            report.patches.extend(REGISTRY.evaluate(module, [patch]))
+    report.patches = status()
     report.seconds = time.perf_counter() - started
     return report
 

@@ -34,5 +34,5 @@ def worker_report(worker: object = None) -> dict[str, object]:
         "start_method": multiprocessing.get_start_method(allow_none=True),
         "spawned": multiprocessing.parent_process() is not None
         and "__mp_main__" in __import__("sys").modules,
-        "patches": {r.name: r.state.value for r in status() if r.side == "worker"},
+        "patches": {r.name: r.state.value for r in status() if r.side != "driver"},
     }

@@ -21,7 +21,7 @@ import wrapt
 from . import gates
 from .gates import Need, Verdict
 
-Side = Literal["driver", "worker"]
+Side = Literal["driver", "worker", "both"]  # both: the driver and every vLLM worker
 
 #: Set by `apply()`: the comma-separated names of the chosen patches.  Worker processes
 #: (forked or spawned) read it through the `vllm.general_plugins` entry point.
@@ -153,7 +153,7 @@ class Registry:
         chosen = []
         for p in self.patches.values():
             wanted = p.name in only_set if only_set is not None else p.default
-            if wanted and p.name not in exclude_set and (side is None or p.side == side):
+            if wanted and p.name not in exclude_set and (side is None or p.side in (side, "both")):
                 chosen.append(p)
         return chosen
 
@@ -170,9 +170,7 @@ class Registry:
             for p in chosen:
                 if p.name not in self._selected:
                     self._selected.append(p.name)
-                    self.results[p.name] = Result(
-                        p.name, p.side, p.qualified_target, State.PENDING
-                    )
+                    self.results[p.name] = Result(p.name, p.side, p.qualified_target, State.PENDING)
             os.environ[ENV_PATCHES] = ",".join(self._selected)
             for module_name in dict.fromkeys(p.module for p in chosen):
                 module = sys.modules.get(module_name)
@@ -193,8 +191,7 @@ class Registry:
         pending = [
             self.patches[n]
             for n in self._selected
-            if self.patches[n].module == module.__name__
-            and self.results[n].state is State.PENDING
+            if self.patches[n].module == module.__name__ and self.results[n].state is State.PENDING
         ]
         decisions = [(p, self._gate(p, module)) for p in pending]
         refused = [r for _, r in decisions if r.state is State.UNSUPPORTED]
@@ -267,13 +264,8 @@ class Registry:
         with self._lock:
             return [self.results[n] for n in self._selected]
 
-    def evaluate(self, module: ModuleType, patches: Iterable[Patch]) -> list[Result]:
-        """Gate `patches` against `module` without applying anything (for doctor)."""
-        return [self._gate(p, module) for p in patches]
-
 
 def _platform_is_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
-

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..registry import Patch
-from ._cpu_memory import cpu_mem_get_info
+from ._cpu import cpu_mem_get_info
 from ._stock import GENERATOR
 
 

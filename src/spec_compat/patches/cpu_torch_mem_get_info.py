@@ -20,7 +20,7 @@ import wrapt
 
 from ..gates import Need, Verdict, stock_mentions
 from ..registry import Patch
-from ._cpu_memory import cpu_mem_get_info
+from ._cpu import cpu_mem_get_info
 from ._stock import GENERATOR
 
 CALL = "torch.cuda.mem_get_info"

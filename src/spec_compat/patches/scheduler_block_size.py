@@ -1,14 +1,15 @@
 """Give ``Scheduler`` the block size the engine core would give it.
 
-Target: ``vllm_hidden_states_generator.Scheduler`` (speculators 0.3.0).
+Target: ``vllm_hidden_states_generator.Scheduler`` (speculators 0.3.0 and 0.4.x).
 Why: vLLM 0.11.1 made ``block_size`` a required ``Scheduler.__init__`` parameter; the stock
-    0.3.0 call omits it (``TypeError``).
+    0.3.0 call omits it (``TypeError``).  0.4.x passes its constant ``VLLM_BLOCK_SIZE`` (16),
+    which is wrong wherever the cache gets another block size (``cpu_attention_block_size``).
 How: the stock module's ``Scheduler`` computes the value as ``EngineCore`` does: from 0.20
     ``kv_cache_utils.resolve_kv_cache_block_sizes`` (which also gives ``hash_block_size``),
     before that ``cache_config.block_size`` times the decode and prefill context-parallel
-    sizes.  Nothing is hard-coded, so platform block sizes pass through.
+    sizes.  A stock value that disagrees with it is replaced.
 Upstream change: vLLM 0.11.1 ``v1/core/sched/scheduler.py``; 0.20 added ``hash_block_size``.
-Remove when: the extractor passes ``block_size`` itself (speculators 0.4.x).
+Remove when: the extractor derives the block size from the engine.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Verdict, binding_probe, missing_and_unexpected
+from ..gates import Need, Verdict, binding_probe, missing_and_unexpected, stock_calls
 from ..registry import Patch
+from ._cpu import cpu_block_size
 from ._stock import GENERATOR, parameters
 
 ADDED = {"block_size", "hash_block_size"}
@@ -32,11 +34,22 @@ def _installed() -> Any:
 def probe(module: ModuleType) -> Verdict:
     def fixable(call, params) -> bool:
         missing, unexpected = missing_and_unexpected(call, params)
-        return not unexpected and missing <= ADDED and {"vllm_config", "kv_cache_config"} <= (
-            call.keywords
+        return (
+            not unexpected
+            and missing <= ADDED
+            and {"vllm_config", "kv_cache_config"} <= (call.keywords)
         )
 
-    return binding_probe(module, "Scheduler", _installed(), fixable)
+    verdict = binding_probe(module, "Scheduler", _installed(), fixable)
+    stock = getattr(module, "VLLM_BLOCK_SIZE", None)
+    passes_constant = any("block_size" in c.keywords for c in stock_calls(module, "Scheduler"))
+    if verdict.need is Need.NOT_NEEDED and passes_constant and isinstance(stock, int):
+        real = cpu_block_size(stock)
+        if real != stock:
+            return Verdict(
+                Need.NEEDED, verdict.found, f"stock block_size={stock}, cache has {real}"
+            )
+    return verdict
 
 
 def engine_block_sizes(vllm_config: Any, kv_cache_config: Any) -> dict[str, int | None]:
@@ -59,7 +72,7 @@ def wrap(original: Any) -> Any:
     accepted = parameters(original)
 
     def Scheduler(*args: Any, **kwargs: Any) -> Any:
-        if "block_size" in accepted and "block_size" not in kwargs:
+        if "block_size" in accepted:
             sizes = engine_block_sizes(kwargs["vllm_config"], kwargs["kv_cache_config"])
             kwargs.update({k: v for k, v in sizes.items() if k in accepted})
         return original(*args, **kwargs)

