@@ -1,4 +1,4 @@
-"""Command line: `python -m spec_compat doctor [--json]` and `python -m spec_compat list`."""
+"""Command line: `doctor [--json]`, `list`, and `run [--only/--exclude] SCRIPT|-m MODULE ...`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import main as doctor
 
         return doctor(argv)
+    if command == "run":
+        from .launcher import main as run
+
+        return run(argv)
     if command == "list":
         from . import REGISTRY
 
@@ -19,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
             extra = f" speculators{p.speculators}" if p.speculators else ""
             print(f"{p.name:<30} {p.side:<6} {p.qualified_target}{extra}\n    {p.summary}")
         return 0
-    print("usage: python -m spec_compat {doctor [--json] | list}", file=sys.stderr)
+    print(
+        "usage: python -m spec_compat {doctor [--json] | list | run [--only A,B] [--exclude C] "
+        "SCRIPT [ARGS...] | run -m MODULE [ARGS...]}",
+        file=sys.stderr,
+    )
     return 0 if command in ("help", "-h", "--help") else 2
 
 

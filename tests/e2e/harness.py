@@ -57,8 +57,11 @@ def run_stock(
     only: list[str] | None = None,
     exclude: list[str] | None = None,
     env: dict[str, str] | None = None,
+    launcher: list[str] | None = None,
     timeout: float = 600,
 ) -> Run:
+    """Run the stock extractor in a fresh process; `launcher` prefixes the command (e.g.
+    `spec-compat run`)."""
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +89,7 @@ def run_stock(
         }
         child_env |= env or {}
         proc = subprocess.run(
-            [sys.executable, str(RUNNER), str(spec_file)],
+            [*(launcher or [sys.executable]), str(RUNNER), str(spec_file)],
             env=child_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

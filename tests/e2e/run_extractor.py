@@ -54,12 +54,12 @@ def main() -> None:
         outputs.append(
             [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
         )
-    from spec_compat.plugin import worker_report
-
-    worker = generator.executor.collective_rpc(worker_report)
-    if spec.get("apply", True):
+    worker = None
+    if spec.get("apply", True):  # a user script run through `spec-compat run` never imports it
         import spec_compat
+        from spec_compat.plugin import worker_report
 
+        worker = generator.executor.collective_rpc(worker_report)
         status = [r.as_dict() for r in spec_compat.status()]
     torch.save(
         {"results": outputs, "worker": worker, "status": status, "seconds": timings}, spec["out"]

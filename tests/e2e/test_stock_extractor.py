@@ -100,3 +100,40 @@ def test_custom_tokenizer_code_loads(speculators_dir, custom_tokenizer_llama, sh
     )
     assert without.returncode != 0
     assert "trust_remote_code" in without.log
+
+
+def test_launcher_drives_an_unmodified_script(
+    speculators_dir, tiny_llama, short_prompts, short_oracle
+):
+    """`spec-compat run` applies the patches; the script never imports spec_compat."""
+    import sys
+
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        short_prompts,
+        LAYERS,
+        apply=False,
+        launcher=[sys.executable, "-m", "spec_compat", "run"],
+    )
+    assert compare(run.results[0], short_prompts, short_oracle) <= TOLERANCE
+
+
+def test_model_runner_v1_even_when_the_user_forces_v2(
+    patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
+):
+    states = {r["name"]: r["state"] for r in patched_run.data["status"]}
+    if states.get("model_runner_v1") != "applied":
+        pytest.skip("this vLLM has no V2 model runner")
+    forced = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+    run = run_stock(speculators_dir, tiny_llama, short_prompts, LAYERS, env=forced)
+    assert compare(run.results[0], short_prompts, short_oracle) <= TOLERANCE
+    stock = run_stock(
+        speculators_dir,
+        tiny_llama,
+        short_prompts,
+        LAYERS,
+        env=forced,
+        exclude=["model_runner_v1"],
+    )
+    assert outcome(stock, short_prompts, short_oracle) != "match"

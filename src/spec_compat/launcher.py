@@ -1,0 +1,54 @@
+"""`spec-compat run SCRIPT [ARGS...]` / `python -m spec_compat run -m MODULE [ARGS...]`.
+
+The `ddtrace-run` / `opentelemetry-instrument` convention: apply the patches, then run the
+user's script or module as `__main__` with its own arguments.  Its exit code and its
+exceptions pass through unchanged.  Patch selection: `--only a,b` / `--exclude c`, or the
+environment variables SPEC_COMPAT_ONLY / SPEC_COMPAT_EXCLUDE (comma-separated names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+ENV_ONLY = "SPEC_COMPAT_ONLY"
+ENV_EXCLUDE = "SPEC_COMPAT_EXCLUDE"
+
+
+def _names(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [n.strip() for n in value.split(",") if n.strip()]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="spec-compat run",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        epilog="Everything after SCRIPT (or -m MODULE) goes to it untouched.",
+    )
+    parser.add_argument("--only", help="apply only these patches (comma-separated)")
+    parser.add_argument("--exclude", help="leave these patches out (comma-separated)")
+    parser.add_argument("-m", dest="module", help="run a module as __main__")
+    parser.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] or ARGS")
+    args = parser.parse_args(argv)
+    if not args.module and not args.target:
+        parser.error("give a SCRIPT or -m MODULE")
+
+    import spec_compat
+
+    spec_compat.apply(
+        only=_names(args.only if args.only is not None else os.environ.get(ENV_ONLY)),
+        exclude=_names(args.exclude if args.exclude is not None else os.environ.get(ENV_EXCLUDE)),
+    )
+    if args.module:
+        sys.argv = [args.module, *args.target]
+        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    else:
+        script, *rest = args.target
+        sys.argv = [script, *rest]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        runpy.run_path(script, run_name="__main__")
+    return 0

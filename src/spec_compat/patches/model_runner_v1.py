@@ -1,0 +1,72 @@
+"""Keep the stock extractor's workers on vLLM's V1 model runner.
+
+Target: ``vllm_hidden_states_generator.VllmHiddenStatesGenerator.__init__`` (speculators
+    0.3.0 and 0.4.x).
+Why: Model Runner V2 became the default architecture by architecture from vLLM 0.22 and for
+    every model from 0.29 (where Triton is available; users can also force it with
+    ``VLLM_USE_V2_MODEL_RUNNER=1``).  It has no ``model_runner.input_batch``: speculators
+    0.4.x reads ``input_batch.req_id_to_index`` to attribute captured rows (AttributeError),
+    and 0.3.0 assumes rows come in arrival order while V2 sorts each batch by token count
+    (silently misattributed states).
+How: the stock generator's ``__init__`` runs with ``VLLM_USE_V2_MODEL_RUNNER=0``: its
+    ``VllmConfig`` validates for V1 and its workers (forked or spawned) inherit the setting;
+    the previous value is restored afterwards, so other vLLM engines in the process keep
+    their choice.  V1 is still
+    present and selectable in every release through 0.33.
+Upstream change: vLLM 0.22-0.29 ``config/vllm.py`` (``use_v2_model_runner``) and
+    ``v1/worker/gpu/model_runner.py``.
+Remove when: V1 is removed upstream (then the V2 batch order must be computed instead).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from types import ModuleType
+from typing import Any
+
+from ..gates import Need, Verdict
+from ..registry import Patch
+from ._stock import GENERATOR
+
+KNOB = "VLLM_USE_V2_MODEL_RUNNER"
+log = logging.getLogger(__name__)
+
+
+def probe(module: ModuleType) -> Verdict:
+    import vllm.envs as envs
+
+    known = KNOB in getattr(envs, "environment_variables", {})
+    if not known:
+        return Verdict(Need.NOT_NEEDED, f"vllm.envs has no {KNOB}: V1 only")
+    return Verdict(Need.NEEDED, f"vllm.envs.{KNOB} exists", "the stock worker code needs V1")
+
+
+def wrap(original: Any) -> Any:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        previous = os.environ.get(KNOB)
+        if previous not in (None, "0"):
+            log.warning("spec_compat: %s=%s overridden for the extractor", KNOB, previous)
+        os.environ[KNOB] = "0"
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            if previous is None:
+                os.environ.pop(KNOB, None)
+            else:
+                os.environ[KNOB] = previous
+
+    return __init__
+
+
+PATCH = Patch(
+    name="model_runner_v1",
+    side="driver",
+    module=GENERATOR,
+    target="VllmHiddenStatesGenerator.__init__",
+    summary="start the extractor's workers on the V1 model runner (V2 lacks input_batch)",
+    probe=probe,
+    wrap=wrap,
+)
