@@ -50,6 +50,36 @@ def e2e(session: nox.Session, vllm: str) -> None:
 
 
 @nox.session
+@nox.parametrize("vllm", MATRIX)
+def matrix(session: nox.Session, vllm: str) -> None:
+    """The oracle test on one release for both speculators lines, recorded in results/;
+    then `python tools/compat_report.py results/` regenerates the compatibility tables."""
+    python = _environment(session, vllm)
+    env = {"SPEC_COMPAT_RESULTS_DIR": str(ROOT / "results")}
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "-m",
+        "e2e",
+        "-k",
+        "matches_the_oracle",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        env=env,
+        external=True,
+        success_codes=[0, 1],
+    )
+    session.run(
+        sys.executable,
+        str(ROOT / "tools" / "compat_report.py"),
+        str(ROOT / "results"),
+        external=True,
+    )
+
+
+@nox.session
 def ci(session: nox.Session) -> None:
     """What `.ci/run` calls: lint, then unit + E2E tests on each CI release."""
     lint(session)

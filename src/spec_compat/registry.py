@@ -48,6 +48,9 @@ class Patch:
     vllm: str = ""
     platform: Literal["cpu"] | None = None
     default: bool = True  # applied by a plain apply(); False: only when named in `only`
+    #: names called by the stock module whose signature drift this patch repairs; the
+    #: generic drift check (spec_compat.drift) counts those calls as supported
+    fixes: tuple[str, ...] = ()
 
     @property
     def qualified_target(self) -> str:
@@ -94,10 +97,11 @@ class UnsupportedDrift(RuntimeError):
             for r in self.results
         ]
         super().__init__(
-            "spec_compat found installed code it does not know how to adapt; nothing was "
-            "patched in the affected module:\n"
+            "spec_compat refuses: the installed code has a shape it does not know how to "
+            "adapt (refused before any model loads):\n"
             + "\n".join(lines)
-            + "\nRun `python -m spec_compat doctor` for the full report."
+            + "\nRun `python -m spec_compat doctor` for the full report.  Experts can skip "
+            "the generic call check with spec_compat.apply(strict=False)."
         )
 
 
@@ -126,8 +130,12 @@ class Registry:
     results: dict[str, Result] = field(default_factory=dict)
     _selected: list[str] = field(default_factory=list)
     _applied: list[_Applied] = field(default_factory=list)
-    _hooked: set[str] = field(default_factory=set)
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    #: called with (module, names of the patches applied to it) after a module is patched;
+    #: returns unsupported findings, raised as UnsupportedDrift when `strict`
+    preflight: Callable[[ModuleType, list[str]], list[Result]] | None = None
+    strict: bool = True
+    findings: list[Result] = field(default_factory=list)
 
     def register(self, patch: Patch) -> Patch:
         if patch.name in self.patches:
@@ -164,8 +172,10 @@ class Registry:
         only: Iterable[str] | None = None,
         exclude: Iterable[str] | None = None,
         side: Side | None = None,
+        strict: bool = True,
     ) -> list[Result]:
         with self._lock:
+            self.strict = strict
             chosen = self.select(only, exclude, side)
             for p in chosen:
                 if p.name not in self._selected:
@@ -176,8 +186,7 @@ class Registry:
                 module = sys.modules.get(module_name)
                 if module is not None:
                     self._apply_module(module)
-                elif module_name not in self._hooked:
-                    self._hooked.add(module_name)
+                else:  # wrapt's hooks fire once; _apply_module ignores repeats
                     wrapt.register_post_import_hook(self._on_import, module_name)
             return [self.results[n] for n in self._selected]
 
@@ -193,7 +202,7 @@ class Registry:
             for n in self._selected
             if self.patches[n].module == module.__name__ and self.results[n].state is State.PENDING
         ]
-        decisions = [(p, self._gate(p, module)) for p in pending]
+        decisions = [(p, self.gate(p, module)) for p in pending]
         refused = [r for _, r in decisions if r.state is State.UNSUPPORTED]
         for patch, result in decisions:
             if refused and result.state is State.APPLIED:
@@ -204,9 +213,15 @@ class Registry:
         for patch, result in decisions:
             if result.state is State.APPLIED:
                 self._replace(patch, module)
+        if self.preflight is not None:
+            applied = [r.name for r in self.results.values() if r.state is State.APPLIED]
+            found = self.preflight(module, applied)
+            self.findings.extend(found)
+            if found and self.strict:
+                raise UnsupportedDrift(found)
 
-    def _gate(self, patch: Patch, module: ModuleType) -> Result:
-        """Decide one patch; `State.APPLIED` here means 'apply it'."""
+    def gate(self, patch: Patch, module: ModuleType) -> Result:
+        """Decide one patch without applying it; `State.APPLIED` here means 'apply it'."""
 
         def result(state: State, reason: str, found: str = "") -> Result:
             return Result(patch.name, patch.side, patch.qualified_target, state, reason, found)
@@ -258,6 +273,7 @@ class Registry:
             self._applied.clear()
             self._selected.clear()
             self.results.clear()
+            self.findings.clear()
             os.environ.pop(ENV_PATCHES, None)
 
     def status(self) -> list[Result]:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import datetime
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,36 @@ def patched_run(speculators_dir, tiny_llama, short_prompts):
         LAYERS,
         calls=[list(range(n)), list(reversed(range(n)))],
     )
+
+
+#: Where the matrix run records one JSON file per (vLLM, speculators) oracle test;
+#: tools/compat_report.py turns them into docs/compatibility.md and supported_versions.json.
+RESULTS_DIR = os.environ.get("SPEC_COMPAT_RESULTS_DIR")
+ORACLE_TEST = "test_patched_stock_extractor_matches_the_oracle"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not RESULTS_DIR or getattr(item, "originalname", "") != ORACLE_TEST:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        from spec_compat.gates import vllm_version
+
+        line = item.callspec.params["line"]
+        props = dict(item.user_properties)
+        record = {
+            "vllm": str(vllm_version()).split("+")[0],
+            "speculators": line,
+            "outcome": report.outcome,
+            "max_relative_error": props.get("max_relative_error"),
+            "patches_applied": props.get("patches_applied", []),
+            "refusal": props.get("refusal"),
+            "seconds": props.get("seconds"),
+            "date": datetime.date.today().isoformat(),
+            "detail": "" if report.passed else str(report.longrepr)[-2000:],
+        }
+        directory = Path(RESULTS_DIR)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{record['vllm']}__{line}.json").write_text(json.dumps(record, indent=2))

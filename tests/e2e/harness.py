@@ -56,6 +56,7 @@ def run_stock(
     apply: bool = True,
     only: list[str] | None = None,
     exclude: list[str] | None = None,
+    strict: bool = True,
     env: dict[str, str] | None = None,
     launcher: list[str] | None = None,
     timeout: float = 600,
@@ -76,6 +77,7 @@ def run_stock(
             "apply": apply,
             "only": only,
             "exclude": exclude,
+            "strict": strict,
             "out": str(out),
         }
         spec_file = Path(tmp) / "spec.json"
@@ -171,3 +173,12 @@ def outcome(run: Run, prompts: list[list[int]], expected: list[list[Any]]) -> st
     except AssertionError:
         return "mismatch"
     return "match"
+
+
+def refusal_reason(log: str) -> str | None:
+    """spec_compat's own refusal in a failed run's log (never a crash inside vLLM)."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if "UnsupportedDrift:" in line or "UnsupportedEnvironment:" in line:
+            return " ".join(x.strip() for x in lines[i : i + 4])
+    return None

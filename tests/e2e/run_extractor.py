@@ -27,7 +27,9 @@ def main() -> None:
     if spec.get("apply", True):
         import spec_compat
 
-        spec_compat.apply(only=spec.get("only"), exclude=spec.get("exclude"))
+        spec_compat.apply(
+            only=spec.get("only"), exclude=spec.get("exclude"), strict=spec.get("strict", True)
+        )
 
     import torch
     from speculators.data_generation import vllm_hidden_states_generator as gen

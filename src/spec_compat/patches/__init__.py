@@ -18,6 +18,7 @@ from . import (
     request_eos_token_id,
     scheduler_block_size,
     scheduler_config_initvars,
+    speculators_models_optional,
     speculators_pydantic_torch,
     tokenizer_trust_remote_code,
     v030_capture_guard,
@@ -31,6 +32,7 @@ from . import (
 
 ALL: tuple[Patch, ...] = (
     speculators_pydantic_torch.PATCH,
+    speculators_models_optional.PATCH,
     tokenizer_trust_remote_code.PATCH,
     cache_config_prefix_caching.PATCH,
     cpu_attention_block_size.PATCH,

@@ -49,6 +49,7 @@ def wrap(original: Any) -> Any:
 
 PATCH = Patch(
     name="kv_cache_config_specs",
+    fixes=("get_kv_cache_config_from_groups",),
     side="driver",
     module=GENERATOR,
     target=CALL,

@@ -53,6 +53,7 @@ def wrap(original: Any) -> Any:
 
 PATCH = Patch(
     name="request_eos_token_id",
+    fixes=("Request",),
     side="driver",
     module=GENERATOR,
     target="Request",

@@ -83,6 +83,7 @@ def wrap(original: Any) -> Any:
 
 PATCH = Patch(
     name="scheduler_block_size",
+    fixes=("Scheduler",),
     side="driver",
     module=GENERATOR,
     target="Scheduler",

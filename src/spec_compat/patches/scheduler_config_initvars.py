@@ -49,6 +49,7 @@ def wrap(original: Any) -> Any:
 
 PATCH = Patch(
     name="scheduler_config_initvars",
+    fixes=("SchedulerConfig",),
     side="driver",
     module=GENERATOR,
     target="SchedulerConfig",

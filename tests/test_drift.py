@@ -1,0 +1,123 @@
+"""The generic drift check on synthetic drift: a vendor API whose keywords were renamed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+
+from spec_compat import gates
+from spec_compat.drift import check, scan
+from spec_compat.gates import Need, Verdict
+from spec_compat.registry import Patch, Registry, Result, State, UnsupportedDrift
+
+VENDOR = """
+def make(a, b):
+    return (a, b)
+
+class Engine:
+    def __init__(self, size=1):
+        self.size = size
+
+    def run(self, x, *, fast=False):
+        return x
+"""
+
+STOCK = """
+from {vendor}.api import Engine, make
+
+
+def build():
+    engine = Engine(size=2)
+    engine.run(y=1)
+    return make(a=1, c=2)
+
+
+def fine():
+    return make(1, b=2)
+"""
+
+
+@pytest.fixture
+def drifted(tmp_path, monkeypatch):
+    vendor = f"fakevendor_{os.urandom(3).hex()}"
+    (tmp_path / vendor).mkdir()
+    (tmp_path / vendor / "__init__.py").write_text("")
+    (tmp_path / vendor / "api.py").write_text(VENDOR)
+    stock = f"fakestock_{os.urandom(3).hex()}"
+    (tmp_path / f"{stock}.py").write_text(textwrap.dedent(STOCK.format(vendor=vendor)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield vendor, stock
+    for name in [m for m in sys.modules if m.startswith((vendor, stock))]:
+        sys.modules.pop(name)
+
+
+def test_scan_flags_renamed_keywords_with_line_and_signature(drifted):
+    vendor, stock = drifted
+    points = {(p.line, p.call): p for p in scan(stock, roots=(vendor,))}
+    assert points[(6, "Engine")].binds is True
+    run = points[(7, "engine.run")]
+    assert run.binds is False and "'x'" in run.error  # x was renamed y
+    assert run.signature == "Engine.run(self, x, *, fast=False)"
+    make = points[(8, "make")]
+    assert make.binds is False and "'b'" in make.error  # b was renamed c
+    assert make.target == f"{vendor}.api:make"
+    assert points[(12, "make")].binds is True
+
+
+def test_a_vanished_name_is_reported_missing(drifted):
+    vendor, stock = drifted
+    api = sys.modules.get(f"{vendor}.api") or __import__(f"{vendor}.api", fromlist=["make"])
+    del api.make
+    missing = [p for p in scan(stock, roots=(vendor,)) if p.call == "make"]
+    assert missing and all(not p.present and p.drift for p in missing)
+
+
+def test_only_a_patch_that_declares_the_fix_covers_the_call(drifted):
+    vendor, stock = drifted
+    fixer = Patch(
+        "fix_make", "driver", stock, "make", "", lambda m: None, lambda o: o, fixes=("make",)
+    )
+    other = Patch("other", "driver", stock, "build", "", lambda m: None, lambda o: o)
+    points = {p.call: p for p in check(stock, [fixer, other], roots=(vendor,)) if p.drift}
+    assert points["make"].covered_by == ["fix_make"]
+    assert points["engine.run"].covered_by == []
+
+
+def test_apply_refuses_uncovered_drift_unless_not_strict(drifted, monkeypatch):
+    vendor, stock = drifted
+    monkeypatch.setattr(gates, "speculators_version", lambda: None)
+
+    def preflight(module, applied):
+        patches = [registry.patches[n] for n in applied]
+        return [
+            Result(f"drift:{p.line}", "driver", p.call, State.UNSUPPORTED, p.error, p.signature)
+            for p in check(module.__name__, patches, (vendor,))
+            if p.drift and not p.covered_by
+        ]
+
+    registry = Registry(preflight=preflight)
+    registry.register(
+        Patch(
+            "fix_make",
+            "driver",
+            stock,
+            "make",
+            "",
+            lambda m: Verdict(Need.NEEDED, "make"),
+            lambda original: original,
+            fixes=("make",),
+        )
+    )
+    with pytest.raises(UnsupportedDrift) as info:
+        registry.apply()
+        __import__(stock)
+    assert "engine.run" in str(info.value) and "'x'" in str(info.value)
+    assert "strict=False" in str(info.value)
+    registry.revert()
+    sys.modules.pop(stock, None)
+    registry.apply(strict=False)
+    __import__(stock)
+    assert [f.target for f in registry.findings] == ["engine.run"]
