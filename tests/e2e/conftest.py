@@ -79,20 +79,23 @@ def patched_run(speculators_dir, tiny_llama, short_prompts):
 #: tools/compat_report.py turns them into docs/compatibility.md and supported_versions.json.
 RESULTS_DIR = os.environ.get("SPEC_COMPAT_RESULTS_DIR")
 ORACLE_TEST = "test_patched_stock_extractor_matches_the_oracle"
+FAMILY_TEST = "test_family_matches_the_oracle"
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if not RESULTS_DIR or getattr(item, "originalname", "") != ORACLE_TEST:
+    if not RESULTS_DIR or getattr(item, "originalname", "") not in (ORACLE_TEST, FAMILY_TEST):
         return
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         from spec_compat.gates import vllm_version
 
         line = item.callspec.params["line"]
         props = dict(item.user_properties)
+        family = item.callspec.params.get("family", "llama")
         record = {
+            "family": family,
             "vllm": str(vllm_version()).split("+")[0],
             "speculators": line,
             "outcome": report.outcome,
@@ -105,4 +108,5 @@ def pytest_runtest_makereport(item, call):
         }
         directory = Path(RESULTS_DIR)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / f"{record['vllm']}__{line}.json").write_text(json.dumps(record, indent=2))
+        name = f"{record['vllm']}__{line}" + ("" if family == "llama" else f"__{family}")
+        (directory / f"{name}.json").write_text(json.dumps(record, indent=2))

@@ -115,8 +115,15 @@ def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[lis
     import torch
     from transformers import AutoModelForCausalLM
 
-    lm = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.float32).eval()
+    config = json.loads((Path(model) / "config.json").read_text())
+    if "text_config" in config:  # a multimodal wrapper: its text path is the oracle
+        from transformers import AutoModelForImageTextToText as auto
+    else:
+        auto = AutoModelForCausalLM
+    lm = auto.from_pretrained(model, torch_dtype=torch.float32).eval()
     decoder = lm.get_decoder()
+    if not hasattr(decoder, "layers"):
+        decoder = decoder.model
     captured: dict[int, Any] = {}
     hooks = [
         decoder.layers[k].register_forward_hook(
@@ -130,7 +137,7 @@ def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[lis
     try:
         with torch.no_grad():
             for ids in prompts:
-                outputs = lm(torch.tensor([ids]), output_hidden_states=True)
+                outputs = lm(input_ids=torch.tensor([ids]), output_hidden_states=True)
                 per_layer = [captured[k][0].clone() for k in layers]
                 for k, state in zip(layers, per_layer, strict=True):
                     if k + 1 < len(outputs.hidden_states) - 1:

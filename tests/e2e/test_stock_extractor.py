@@ -11,6 +11,14 @@ from .harness import TOLERANCE, compare, outcome, refusal_reason, run_stock
 pytestmark = pytest.mark.e2e
 
 
+def patch_states(run) -> dict[str, str]:
+    """Each patch's state: the driver's, with worker-side patches as the worker saw them."""
+    states = {r["name"]: r["state"] for r in run.data["status"]}
+    for worker in run.data["worker"]:
+        states |= worker["patches"]
+    return states
+
+
 def test_patched_stock_extractor_matches_the_oracle(
     patched_run, short_prompts, short_oracle, record_property
 ):
@@ -18,8 +26,8 @@ def test_patched_stock_extractor_matches_the_oracle(
         record_property("refusal", refusal)
         pytest.xfail(f"spec_compat refuses this pair: {refusal}")
     if patched_run.data is not None:
-        applied = [r["name"] for r in patched_run.data["status"] if r["state"] == "applied"]
-        record_property("patches_applied", applied)
+        states = patch_states(patched_run)
+        record_property("patches_applied", [n for n, s in states.items() if s == "applied"])
         record_property("seconds", patched_run.data["seconds"])
     forward, backward = patched_run.results
     assert compare(forward, short_prompts, short_oracle) <= TOLERANCE
@@ -82,7 +90,7 @@ LOAD_BEARING = [
 def test_each_needed_patch_carries_the_result(
     patch, patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
 ):
-    states = {r["name"]: r["state"] for r in patched_run.data["status"]}
+    states = patch_states(patched_run)
     if states.get(patch) != "applied":
         pytest.skip(f"{patch} is {states.get(patch)} with this vLLM and speculators")
     run = run_stock(
@@ -133,7 +141,7 @@ def test_launcher_drives_an_unmodified_script(
 def test_model_runner_v1_even_when_the_user_forces_v2(
     patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
 ):
-    states = {r["name"]: r["state"] for r in patched_run.data["status"]}
+    states = patch_states(patched_run)
     if states.get("model_runner_v1") != "applied":
         pytest.skip("this vLLM has no V2 model runner")
     forced = {"VLLM_USE_V2_MODEL_RUNNER": "1"}

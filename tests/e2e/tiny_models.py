@@ -26,7 +26,7 @@ def build_tokenizer(directory: Path) -> None:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB,
-        special_tokens=["<unk>", "<s>", "</s>"],
+        special_tokens=["<unk>", "<s>", "</s>", "<image>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -37,32 +37,103 @@ def build_tokenizer(directory: Path) -> None:
     fast.save_pretrained(directory)
 
 
+TEXT = {
+    "vocab_size": VOCAB,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+#: token ids 0-3 are special (<unk>, <s>, </s>, <image>); prompts use the rest
+IMAGE_TOKEN = 3
+FIRST_PROMPT_ID = 4
+
+
+def _save(model, directory: Path, config_edit=None) -> Path:
+    import torch
+
+    model.to(torch.float32).save_pretrained(directory, safe_serialization=True)
+    config_path = directory / "config.json"
+    data = json.loads(config_path.read_text())
+    data["torch_dtype"] = "float32"
+    if config_edit is not None:
+        config_edit(data)
+    config_path.write_text(json.dumps(data, indent=2))
+    return directory
+
+
 def build_llama(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     directory.mkdir(parents=True, exist_ok=True)
     build_tokenizer(directory)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32)
-    model.save_pretrained(directory, safe_serialization=True)
-    config_path = directory / "config.json"
-    data = json.loads(config_path.read_text())
-    data["torch_dtype"] = "float32"
-    config_path.write_text(json.dumps(data, indent=2))
-    return directory
+    return _save(LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **TEXT)), directory)
+
+
+def build_qwen3(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    directory.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(directory)
+    torch.manual_seed(seed)
+    config = Qwen3Config(num_hidden_layers=layers, head_dim=32, **TEXT)
+    return _save(Qwen3ForCausalLM(config), directory)
+
+
+def build_llava(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    """A tiny Llava: a small CLIP vision tower around the tiny Llama text stack."""
+    import torch
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
+
+    directory.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(directory)
+    torch.manual_seed(seed)
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+            projection_dim=32,
+        ),
+        text_config=LlamaConfig(num_hidden_layers=layers, **TEXT),
+        image_token_index=IMAGE_TOKEN,
+    )
+
+    def text_architecture(data: dict) -> None:
+        data["text_config"]["architectures"] = ["LlamaForCausalLM"]
+        data["text_config"]["torch_dtype"] = "float32"
+
+    from transformers import AutoTokenizer, CLIPImageProcessor, LlavaProcessor
+
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    )
+    LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=AutoTokenizer.from_pretrained(directory),
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        image_token="<image>",
+    ).save_pretrained(directory)
+    return _save(LlavaForConditionalGeneration(config), directory, text_architecture)
+
+
+BUILDERS = {"llama": build_llama, "qwen3": build_qwen3, "llava": build_llava}
 
 
 def random_prompts(count: int, low: int, high: int, seed: int = 1) -> list[list[int]]:

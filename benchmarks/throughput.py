@@ -1,0 +1,165 @@
+"""Patched stock extractor vs bare vLLM prefill, side by side in one run.
+
+    PYTHONPATH=.venvs/speculators-0.4.0.1 .venvs/vllm-0.16.0/bin/python benchmarks/throughput.py
+
+A: `LLM.generate(max_tokens=1)` with the extractor's engine settings (eager, 32 sequences,
+   max(8192, max_model_len) batched tokens, no prefix caching, the same dtype and KV space).
+B: the unchanged stock `VllmHiddenStatesGenerator` (speculators line from PYTHONPATH) after
+   `spec_compat.apply()`, capturing 4 layers, `generate()` in calls of 32 prompts.
+Each measurement runs in a fresh process; rounds interleave A and B; the medians, the
+ratio B/A (goal >= 0.95) and each process's peak RSS are printed.  Random model and prompts:
+no hub.  Prompt tokens per second count every prompt token once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def build_model(directory: Path, hidden: int, layers: int) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from e2e import tiny_models
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tiny_models.build_tokenizer(directory)
+    config = dict(tiny_models.TEXT)
+    config |= {
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 3,
+        "num_attention_heads": hidden // 64,
+        "num_key_value_heads": hidden // 128,
+        "num_hidden_layers": layers,
+    }
+    torch.manual_seed(0)
+    tiny_models._save(LlamaForCausalLM(LlamaConfig(**config)), directory)
+
+
+def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int) -> dict:
+    layers = [2, 4, 6, 7]
+    if role == "A":
+        from vllm import LLM, SamplingParams
+
+        llm = LLM(
+            model=model,
+            dtype="float32",
+            enforce_eager=True,
+            max_model_len=max_model_len,
+            max_num_seqs=32,
+            max_num_batched_tokens=max(8192, max_model_len),
+            enable_prefix_caching=False,
+            block_size=None,
+        )
+        from vllm.inputs import TokensPrompt
+
+        inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        params = SamplingParams(max_tokens=1, temperature=0.0)
+        llm.generate(inputs[:4], params, use_tqdm=False)  # warm-up
+        started = time.perf_counter()
+        llm.generate(inputs, params, use_tqdm=False)
+        seconds = time.perf_counter() - started
+    else:
+        import spec_compat
+
+        spec_compat.apply()
+        from speculators.data_generation import vllm_hidden_states_generator as gen
+
+        stock = gen.ModelConfig
+        gen.ModelConfig = lambda *a, **kw: stock(*a, **(kw | {"dtype": "float32"}))
+        generator = gen.VllmHiddenStatesGenerator(
+            model, layer_ids=layers, max_model_len=max_model_len
+        )
+        generator.generate(prompts[:4])  # warm-up
+        started = time.perf_counter()
+        results = generator.generate(prompts)
+        seconds = time.perf_counter() - started
+        assert [r["input_ids"].tolist() for r in results] == prompts
+    tokens = sum(len(p) for p in prompts)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {
+        "role": role,
+        "tokens_per_s": tokens / seconds,
+        "seconds": seconds,
+        "peak_rss_mb": peak,
+        "peak_worker_rss_mb": peak_children,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        spec = json.loads(Path(args.spec).read_text())
+        print(json.dumps(measure(args.role, spec["model"], spec["prompts"], spec["len"])))
+        return
+
+    from e2e import tiny_models
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(tmp) / "model"
+        build_model(model, args.hidden, args.layers)
+        size = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 2**20
+        prompts = tiny_models.random_prompts(args.prompts, 128, args.max_model_len - 1, seed=5)
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(
+            json.dumps({"model": str(model), "prompts": prompts, "len": args.max_model_len})
+        )
+        env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
+        samples: dict[str, list[dict]] = {"A": [], "B": []}
+        for _ in range(args.rounds):
+            for role in ("A", "B"):
+                out = (
+                    subprocess.run(
+                        [sys.executable, __file__, "--role", role, "--spec", str(spec_file)],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
+                    .stdout.strip()
+                    .splitlines()[-1]
+                )
+                samples[role].append(json.loads(out))
+                print(f"  {role}: {samples[role][-1]['tokens_per_s']:.0f} tokens/s", flush=True)
+    median = {r: statistics.median(s["tokens_per_s"] for s in v) for r, v in samples.items()}
+    from spec_compat.gates import installed_version
+
+    print(
+        f"model: random Llama, {size:.0f} MB float32; {args.prompts} prompts of 128-"
+        f"{args.max_model_len - 1} tokens ({sum(map(len, prompts))} tokens); "
+        f"vLLM {installed_version('vllm', 'vllm-cpu')}, "
+        f"speculators {installed_version('speculators')}; {args.rounds} rounds"
+    )
+    for role, name in (("A", "bare vLLM prefill"), ("B", "stock extractor + spec_compat")):
+        spread = [round(s["tokens_per_s"]) for s in samples[role]]
+        peak = max(s["peak_rss_mb"] + s["peak_worker_rss_mb"] for s in samples[role])
+        print(
+            f"{role} {name:<32} median {median[role]:8.0f} tokens/s  runs {spread}  "
+            f"peak RSS (driver + largest child) {peak:.0f} MB"
+        )
+    print(f"B/A = {median['B'] / median['A']:.3f} (goal >= 0.95)")
+
+
+if __name__ == "__main__":
+    main()

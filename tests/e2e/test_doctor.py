@@ -1,0 +1,57 @@
+"""`python -m spec_compat doctor` against the installed vLLM and both speculators lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spec_compat.registry import ENV_PATCHES
+
+pytestmark = pytest.mark.e2e
+
+
+def doctor(speculators_dir, *args: str) -> tuple[int, dict]:
+    env = {k: v for k, v in os.environ.items() if k != ENV_PATCHES}
+    env["PYTHONPATH"] = str(speculators_dir)
+    proc = subprocess.run(
+        [sys.executable, "-m", "spec_compat", "doctor", "--json", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_doctor_reports_every_patch_and_touch_point_supported(speculators_dir, line):
+    code, report = doctor(speculators_dir)
+    assert code == 0, report
+    assert report["versions"]["speculators"] == line
+    states = {p["name"]: p["state"] for p in report["patches"]}
+    assert set(states.values()) <= {"applied", "not needed"}, states
+    assert "applied" in states.values()
+    calls = {t["call"] for t in report["touch_points"]}
+    assert {"SchedulerConfig", "Scheduler", "Request", "self.executor.collective_rpc"} <= calls
+    for point in report["touch_points"]:
+        assert point["present"], point
+        assert point["binds"] is not False or point["covered_by"], point
+    print(f"doctor: {report['seconds']} s")
+
+
+def test_doctor_without_patches_names_the_breakages(speculators_dir, line):
+    code, plain = doctor(speculators_dir, "--no-patches")
+    _, patched = doctor(speculators_dir)
+    applied = {p["name"] for p in patched["patches"] if p["state"] == "applied"}
+    if code == 2:  # the stock modules do not even import (transformers 5)
+        assert any("import speculators" in p or "torch" in p for p in plain["problems"])
+        return
+    needed = {p["name"] for p in plain["patches"] if p["state"] == "applied"}
+    assert needed == applied  # the gates decide the same with or without applying
+    repaired_by = {name for point in plain["touch_points"] for name in (point["covered_by"] or [])}
+    assert repaired_by <= applied
+    if line.startswith("0.3"):
+        assert code == 1 and repaired_by, plain["unsupported"]
