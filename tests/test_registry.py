@@ -247,3 +247,23 @@ def test_import_and_apply_import_neither_torch_nor_vllm():
     )
     env = {k: v for k, v in os.environ.items() if k != ENV_PATCHES}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_pre_import_gate_refuses_with_the_reason(tmp_path, monkeypatch):
+    from spec_compat import requirements_gate as gate
+
+    name = f"fake_gated_{os.urandom(3).hex()}"
+    (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    requirement = gate.Requirement("needs_x", name, ">=0.4", lambda: "x is missing")
+    monkeypatch.setattr(gate, "REQUIREMENTS", (requirement,))
+    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.4.0.1"))
+    gate.install()
+    try:
+        with pytest.raises(UnsupportedDrift, match="x is missing"):
+            __import__(name)
+        monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+        assert __import__(name).VALUE == 1  # the requirement is for 0.4.x only
+    finally:
+        gate.uninstall()
+        sys.modules.pop(name, None)

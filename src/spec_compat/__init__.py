@@ -82,11 +82,17 @@ def apply(
     installed signatures (`spec_compat.drift`); a call that does not bind and that no applied
     patch repairs raises `UnsupportedDrift` too.  `strict=False` (experts) skips that check.
     """
+    from . import requirements_gate
+
+    requirements_gate.install()
     return REGISTRY.apply(only, exclude, side, strict)
 
 
 def revert() -> None:
     """Put every replaced name back (the exact original objects) and clear the selection."""
+    from . import requirements_gate
+
+    requirements_gate.uninstall()
     REGISTRY.revert()
 
 

@@ -36,6 +36,7 @@ from .drift import TouchPoint, check
 from .gates import in_range, installed_version
 from .patches._stock import GENERATOR, WORKER
 from .registry import Result, State, UnsupportedDrift
+from .requirements_gate import refusals
 
 EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT = 0, 1, 2
 #: The stock extractor lines spec_compat knows (0.5+ dropped this extractor upstream).
@@ -119,6 +120,11 @@ def collect(no_patches: bool = False) -> Report:
         return report
     if not no_patches:
         apply(strict=False)  # exactly what a user's apply() does; findings collected, not raised
+    refused = refusals()
+    if refused:  # the stock modules cannot import here; no patch bridges that
+        report.unsupported = refused
+        report.seconds = time.perf_counter() - started
+        return report
     for name in (GENERATOR, WORKER):
         try:
             importlib.import_module(name)

@@ -27,9 +27,19 @@ def cpu_mem_get_info(cache_fraction: float) -> tuple[int, int]:
 
 
 def cpu_attention_backend() -> Any:
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    """vLLM's CPU attention backend class (CPUAttentionBackend; TorchSDPABackend up to 0.11)."""
+    from vllm.v1.attention.backends import cpu_attn
 
-    return CPUAttentionBackend
+    for name in ("CPUAttentionBackend", "TorchSDPABackend"):
+        if hasattr(cpu_attn, name):
+            return getattr(cpu_attn, name)
+    raise ImportError(f"no CPU attention backend class in {cpu_attn.__name__}")
+
+
+def kernel_block_sizes(backend: Any) -> list[Any]:
+    """What the backend declares; backends that declare nothing take any block size."""
+    declared = getattr(backend, "get_supported_kernel_block_sizes", None)
+    return list(declared()) if declared is not None else []
 
 
 def supported_block_size(requested: int, supported: list[Any]) -> int:
@@ -56,5 +66,5 @@ def cpu_block_size(requested: int) -> int:
 
     if not current_platform.is_cpu():
         return requested
-    backend = cpu_attention_backend()
-    return supported_block_size(requested, list(backend.get_supported_kernel_block_sizes()))
+    sizes = kernel_block_sizes(cpu_attention_backend())
+    return supported_block_size(requested, sizes) if sizes else requested

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..registry import Patch
-from ._cpu import cpu_attention_backend, cpu_block_size
+from ._cpu import cpu_attention_backend, cpu_block_size, kernel_block_sizes
 from ._stock import GENERATOR, with_kwargs
 
 
@@ -28,7 +28,7 @@ def probe(module: ModuleType) -> Verdict:
     stock = getattr(module, "VLLM_BLOCK_SIZE", None)
     if not isinstance(stock, int):
         return Verdict(Need.UNKNOWN, "no VLLM_BLOCK_SIZE constant in the stock module")
-    sizes = cpu_attention_backend().get_supported_kernel_block_sizes()
+    sizes = kernel_block_sizes(cpu_attention_backend()) or "any block size"
     found = f"stock block_size={stock}; CPU attention supports {sizes}"
     adjusted = cpu_block_size(stock)
     if adjusted == stock:
