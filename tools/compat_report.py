@@ -24,6 +24,8 @@ Key = tuple[str, str, str]  # vLLM, speculators, model family
 
 
 def status_of(record: dict) -> str:
+    if record["outcome"] == "doctor":
+        return record["status"]
     if record["outcome"] == "passed":
         return "pass"
     if record.get("refusal"):
@@ -96,6 +98,8 @@ def render(all_records: dict[Key, dict]) -> str:
         detail = ", ".join(f"`{p}`" for p in r.get("patches_applied") or []) or "none"
         if r["status"] == "refused":
             detail = f"refused: {r['refusal']}"
+        elif r["outcome"] == "doctor":
+            detail = f"{r['status']} ({r['detail']}); patches: {detail}"
         elif r["status"] == "fail":
             detail = f"FAILED: {(r.get('detail') or '').splitlines()[-1:] or ''}"
         out.append(f"- vLLM {v} + speculators {s}: {detail}")

@@ -40,12 +40,14 @@ def _build_registry() -> Registry:
 def _preflight(module: ModuleType, applied: list[str]) -> list[Result]:
     """The generic drift check of a stock module, once its patches are in place: every call
     into vLLM must bind, or be repaired by an applied patch."""
-    from .drift import check
+    from .drift import check, moved_imports
+    from .patches import IMPORT_PATCHES
     from .patches._stock import GENERATOR, WORKER
 
     if module.__name__ not in (GENERATOR, WORKER):
         return []
     patches = [REGISTRY.patches[name] for name in applied]
+    moved = moved_imports(applied_import_patches(IMPORT_PATCHES))
     return [
         Result(
             name=f"drift at {point.module}:{point.line}",
@@ -55,9 +57,14 @@ def _preflight(module: ModuleType, applied: list[str]) -> list[Result]:
             reason=point.error,
             found=point.signature,
         )
-        for point in check(module.__name__, patches)
+        for point in check(module.__name__, patches, moved=moved)
         if point.drift and not point.covered_by
     ]
+
+
+def applied_import_patches(candidates: Iterable) -> list:
+    applied = {r.name for r in REGISTRY.status() if r.state is State.APPLIED}
+    return [p for p in candidates if p.name in applied]
 
 
 REGISTRY = _build_registry()
@@ -83,9 +90,23 @@ def apply(
     patch repairs raises `UnsupportedDrift` too.  `strict=False` (experts) skips that check.
     """
     from . import requirements_gate
+    from .patches import IMPORT_PATCHES
 
+    import_names = {p.name for p in IMPORT_PATCHES}
+    excluded = set(exclude or ())
+    requirements_gate.GATE.import_patches = [
+        p
+        for p in IMPORT_PATCHES
+        if (only is None or p.name in only) and p.name not in excluded and side != "worker"
+    ]
+    requirements_gate.GATE.on_decision = REGISTRY.record
     requirements_gate.install()
-    return REGISTRY.apply(only, exclude, side, strict)
+    return REGISTRY.apply(
+        None if only is None else [n for n in only if n not in import_names],
+        [n for n in excluded if n not in import_names],
+        side,
+        strict,
+    )
 
 
 def revert() -> None:

@@ -31,9 +31,10 @@ from typing import Any
 
 from packaging.version import Version
 
-from . import REGISTRY, __version__, apply, status
-from .drift import TouchPoint, check
+from . import REGISTRY, __version__, applied_import_patches, apply, status
+from .drift import TouchPoint, check, moved_imports
 from .gates import in_range, installed_version
+from .patches import IMPORT_PATCHES
 from .patches._stock import GENERATOR, WORKER
 from .registry import Result, State, UnsupportedDrift
 from .requirements_gate import refusals
@@ -141,11 +142,16 @@ def collect(no_patches: bool = False) -> Report:
         ]
     else:
         report.patches = status()
-    applied = [REGISTRY.patches[r.name] for r in report.patches if r.state is State.APPLIED]
+    applied = [
+        REGISTRY.patches[r.name]
+        for r in report.patches
+        if r.state is State.APPLIED and r.name in REGISTRY.patches
+    ]
     candidates = list(REGISTRY.patches.values()) if no_patches else applied
+    moved = moved_imports(IMPORT_PATCHES if no_patches else applied_import_patches(IMPORT_PATCHES))
     for name in (GENERATOR, WORKER):
         if name in sys.modules:
-            report.touch_points += check(name, candidates)
+            report.touch_points += check(name, candidates, moved=moved)
     if no_patches:
         report.unsupported = [_drift_result(t) for t in report.touch_points if t.drift]
     else:

@@ -89,11 +89,16 @@ def _resolve(spec: str) -> Any:
     return obj
 
 
-def scan(module_name: str, roots: tuple[str, ...] = VENDOR_ROOTS) -> list[TouchPoint]:
+def scan(
+    module_name: str,
+    roots: tuple[str, ...] = VENDOR_ROOTS,
+    moved: dict[str, str] | None = None,
+) -> list[TouchPoint]:
     """Every resolvable call from `module_name` into vLLM (packages `roots`), bound against
-    the installed code."""
+    the installed code.  `moved` maps "old.module:name" to "new.module:name" for imports an
+    import-time patch redirects."""
     tree = _stock_tree(module_name)
-    imports = _vllm_imports(tree, roots)
+    imports = {k: (moved or {}).get(v, v) for k, v in _vllm_imports(tree, roots).items()}
     typed = _typed_attributes(tree, imports)
     points: list[TouchPoint] = []
     for node in ast.walk(tree):
@@ -134,13 +139,25 @@ def scan(module_name: str, roots: tuple[str, ...] = VENDOR_ROOTS) -> list[TouchP
 
 
 def check(
-    module_name: str, patches: list[Any], roots: tuple[str, ...] = VENDOR_ROOTS
+    module_name: str,
+    patches: list[Any],
+    roots: tuple[str, ...] = VENDOR_ROOTS,
+    moved: dict[str, str] | None = None,
 ) -> list[TouchPoint]:
     """`scan()`, with each drifting call's covering patches (those whose `fixes` name it)."""
-    points = scan(module_name, roots)
+    points = scan(module_name, roots, moved)
     for point in points:
         if point.drift:
             point.covered_by = [
                 p.name for p in patches if p.module == module_name and point.name in p.fixes
             ]
     return points
+
+
+def moved_imports(import_patches: list[Any]) -> dict[str, str]:
+    """The redirects of applied import-time patches, in `scan(moved=...)` form."""
+    return {
+        f"{p.old_module}:{name}": f"{p.new_module}:{name}"
+        for p in import_patches
+        for name in p.names
+    }

@@ -200,7 +200,9 @@ class Registry:
         pending = [
             self.patches[n]
             for n in self._selected
-            if self.patches[n].module == module.__name__ and self.results[n].state is State.PENDING
+            if n in self.patches  # import-time patches are recorded here too
+            and self.patches[n].module == module.__name__
+            and self.results[n].state is State.PENDING
         ]
         decisions = [(p, self.gate(p, module)) for p in pending]
         refused = [r for _, r in decisions if r.state is State.UNSUPPORTED]
@@ -214,7 +216,11 @@ class Registry:
             if result.state is State.APPLIED:
                 self._replace(patch, module)
         if self.preflight is not None:
-            applied = [r.name for r in self.results.values() if r.state is State.APPLIED]
+            applied = [
+                r.name
+                for r in self.results.values()
+                if r.state is State.APPLIED and r.name in self.patches
+            ]
             found = self.preflight(module, applied)
             self.findings.extend(found)
             if found and self.strict:
@@ -275,6 +281,13 @@ class Registry:
             self.results.clear()
             self.findings.clear()
             os.environ.pop(ENV_PATCHES, None)
+
+    def record(self, result: Result) -> None:
+        """Record a decision made outside the registry (import-time patches, refusals)."""
+        with self._lock:
+            if result.name not in self._selected:
+                self._selected.append(result.name)
+            self.results[result.name] = result
 
     def status(self) -> list[Result]:
         with self._lock:

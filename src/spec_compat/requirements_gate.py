@@ -1,15 +1,21 @@
-"""Refusals for pairs no patch can bridge, checked just before a stock module is imported.
+"""What happens just before a stock module is imported: refusals and import rewrites.
 
 A stock module that cannot even import on the installed vLLM (a name it imports does not
-exist there) would fail with a bare ImportError from speculators' own code.  A pre-import
-check turns that into `UnsupportedDrift` with the reason, raised by the import statement
-that would have failed.  Each `Requirement` is data: which stock module, which speculators
-lines, and a probe of the installed vLLM that returns the refusal reason (None: fine).
+exist there) would fail with a bare ImportError from speculators' own code.  Two remedies,
+both declared as data and both acting on the stock module only:
+
+- `Requirement`: a pair no patch can bridge; the import raises `UnsupportedDrift` with the
+  reason instead.
+- `ImportPatch` (declared in `spec_compat.patches`): a name vLLM moved to another module;
+  the stock module's source is compiled with that `from … import` pointing at the new
+  module.  vLLM itself is untouched.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -76,18 +82,68 @@ def refusals(module_name: str | None = None) -> list[Result]:
     ]
 
 
+class _RewritingLoader(importlib.machinery.SourceFileLoader):
+    """Compiles a stock module with some `from OLD import names` redirected to NEW."""
+
+    def __init__(self, fullname: str, path: str, moves: dict[str, tuple[str, frozenset[str]]]):
+        super().__init__(fullname, path)
+        self.moves = moves
+
+    def get_code(self, fullname: str):  # always from source: no stale .pyc
+        source = self.get_data(self.path)
+        tree = _redirect_imports(ast.parse(source, self.path), self.moves)
+        return compile(tree, self.path, "exec", dont_inherit=True)
+
+
+def _redirect_imports(tree: ast.Module, moves: dict[str, tuple[str, frozenset[str]]]):
+    class Redirect(ast.NodeTransformer):
+        def visit_ImportFrom(self, node: ast.ImportFrom):
+            if node.module not in moves:
+                return node
+            new_module, names = moves[node.module]
+            moved = [a for a in node.names if a.name in names]
+            kept = [a for a in node.names if a.name not in names]
+            out = [ast.ImportFrom(module=new_module, names=moved, level=0)] if moved else []
+            if kept:
+                out.append(ast.ImportFrom(module=node.module, names=kept, level=node.level))
+            return [ast.copy_location(n, node) for n in out]
+
+    return ast.fix_missing_locations(Redirect().visit(tree))
+
+
 class PreImportGate(importlib.abc.MetaPathFinder):
-    """Checks a stock module's requirements when it is about to be imported."""
+    """Checks a stock module's requirements, and applies its import patches, when it is
+    about to be imported."""
 
     def __init__(self) -> None:
         self.enabled = False
+        self.import_patches: list = []  # spec_compat.patches.IMPORT_PATCHES, once selected
+        self.on_decision: Callable[[Result], None] | None = None
 
     def find_spec(self, fullname, path=None, target=None):
-        if self.enabled and any(req.module == fullname for req in REQUIREMENTS):
+        if not self.enabled:
+            return None
+        if any(req.module == fullname for req in REQUIREMENTS):
             found = refusals(fullname)
             if found:
                 raise UnsupportedDrift(found)
-        return None  # the normal finders load it
+        patches = [p for p in self.import_patches if p.module == fullname]
+        if not patches:
+            return None  # the normal finders load it
+        moves = {}
+        for patch in patches:
+            result = patch.decide()
+            if self.on_decision is not None:
+                self.on_decision(result)
+            if result.state is State.UNSUPPORTED:
+                raise UnsupportedDrift([result])
+            if result.state is State.APPLIED:
+                moves[patch.old_module] = (patch.new_module, frozenset(patch.names))
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if not moves or spec is None or spec.origin is None:
+            return spec
+        spec.loader = _RewritingLoader(fullname, spec.origin, moves)
+        return spec
 
 
 GATE = PreImportGate()

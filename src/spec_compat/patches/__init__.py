@@ -14,6 +14,7 @@ from . import (
     executor_kv_cache_layout,
     executor_sample_tokens,
     kv_cache_config_specs,
+    kv_cache_planning_module,
     model_runner_v1,
     request_eos_token_id,
     scheduler_block_size,
@@ -53,3 +54,6 @@ ALL: tuple[Patch, ...] = (
     worker_embed_input_ids.PATCH,
     worker_language_model.PATCH,
 )
+
+#: Import-time patches: applied while a stock module is compiled (see requirements_gate).
+IMPORT_PATCHES = (kv_cache_planning_module.IMPORT_PATCH,)
