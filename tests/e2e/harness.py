@@ -59,6 +59,7 @@ def run_stock(
     strict: bool = True,
     env: dict[str, str] | None = None,
     launcher: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
     timeout: float = 600,
 ) -> Run:
     """Run the stock extractor in a fresh process; `launcher` prefixes the command (e.g.
@@ -79,7 +80,7 @@ def run_stock(
             "exclude": exclude,
             "strict": strict,
             "out": str(out),
-        }
+        } | (extra or {})
         spec_file = Path(tmp) / "spec.json"
         spec_file.write_text(json.dumps(spec))
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}

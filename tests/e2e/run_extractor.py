@@ -15,6 +15,7 @@ spec_compat.  Writes {"results": per call, "worker": worker report, "status": [.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,11 @@ def main() -> None:
         outputs.append(
             [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
         )
+        if spec.get("pause_after_first"):  # for interrupt tests: say so, then wait
+            Path(spec["pause_after_first"]).write_text(str(os.getpid()))
+            time.sleep(120)
+        if spec.get("fail_after_first"):
+            raise RuntimeError("failing on purpose after the first generate()")
     worker = None
     if spec.get("apply", True):  # a user script run through `spec-compat run` never imports it
         import spec_compat

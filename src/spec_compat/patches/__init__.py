@@ -19,6 +19,8 @@ from . import (
     request_eos_token_id,
     scheduler_block_size,
     scheduler_config_initvars,
+    shm_transport_driver,
+    shm_transport_worker,
     speculators_models_optional,
     speculators_pydantic_torch,
     tokenizer_trust_remote_code,
@@ -42,6 +44,7 @@ ALL: tuple[Patch, ...] = (
     kv_cache_config_specs.PATCH,
     scheduler_block_size.PATCH,
     request_eos_token_id.PATCH,
+    shm_transport_driver.PATCH,
     executor_sample_tokens.PATCH,
     executor_kv_cache_layout.PATCH,
     model_runner_v1.PATCH,
@@ -53,6 +56,7 @@ ALL: tuple[Patch, ...] = (
     v04_batches_of_max_num_seqs.PATCH,
     worker_embed_input_ids.PATCH,
     worker_language_model.PATCH,
+    shm_transport_worker.PATCH,
 )
 
 #: Import-time patches: applied while a stock module is compiled (see requirements_gate).

@@ -1,0 +1,91 @@
+"""The shared-memory transport: bitwise the stock path, and nothing left in /dev/shm."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from . import tiny_models
+from .conftest import LAYERS
+from .harness import RUNNER, run_stock
+
+pytestmark = pytest.mark.e2e
+TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
+
+
+def segments() -> set[str]:
+    return set(glob.glob("/dev/shm/spec_compat_*"))
+
+
+def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
+    before = segments()
+    prompts = tiny_models.random_prompts(48, 2, 500, seed=21)
+    calls = [list(range(48)), list(reversed(range(48)))]
+    if line.startswith("0.3"):  # one call larger than the arena's first size: it must grow
+        prompts += tiny_models.random_prompts(80, 300, 500, seed=22)
+        calls.append(list(range(len(prompts))))
+    fast = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls)
+    stock = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, exclude=TRANSPORT)
+    (worker,) = fast.data["worker"]
+    assert worker["arena"], "the transport was not used"
+    assert stock.data["worker"] == [None] or not stock.data["worker"][0]["arena"]
+    for got, want in zip(fast.results, stock.results, strict=True):
+        for a, b in zip(got, want, strict=True):
+            assert torch.equal(a["input_ids"], b["input_ids"])
+            for x, y in zip(a["hidden_states"], b["hidden_states"], strict=True):
+                assert x.dtype == y.dtype and x.shape == y.shape and x.is_contiguous()
+                assert torch.equal(x, y)
+    assert segments() <= before
+
+
+def test_no_segment_leaks_after_a_failed_call(speculators_dir, tiny_llama, short_prompts):
+    before = segments()
+    run = run_stock(
+        speculators_dir, tiny_llama, short_prompts, LAYERS, extra={"fail_after_first": True}
+    )
+    assert run.returncode != 0 and "failing on purpose" in run.log
+    assert segments() <= before
+
+
+def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompts, tmp_path):
+    before = segments()
+    marker = tmp_path / "paused"
+    spec = {
+        "model": str(tiny_llama),
+        "prompts": short_prompts,
+        "layers": LAYERS,
+        "max_model_len": 512,
+        "calls": [list(range(len(short_prompts)))],
+        "out": str(tmp_path / "out.pt"),
+        "pause_after_first": str(marker),
+    }
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    env = os.environ | {"PYTHONPATH": str(speculators_dir), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(RUNNER), str(spec_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert marker.exists(), "the extractor never reached its first result"
+        assert segments() - before, "no arena while the extractor is alive"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(2)  # the resource tracker unlinks after its last client is gone
+    assert segments() <= before
