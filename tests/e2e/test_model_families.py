@@ -8,7 +8,7 @@ from . import tiny_models
 from .conftest import LAYERS
 from .harness import TOLERANCE, compare, oracle, outcome, run_stock
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.exhaustive]
 
 #: family -> why it is here.  DeepSeek-V2 (MLA/MoE), Qwen3-MoE, Qwen3-VL and gpt-oss are
 #: not yet covered (see README, "Model families").

@@ -86,6 +86,7 @@ LOAD_BEARING = [
 ]
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("patch", LOAD_BEARING)
 def test_each_needed_patch_carries_the_result(
     patch, patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
@@ -106,6 +107,7 @@ def test_each_needed_patch_carries_the_result(
     )
 
 
+@pytest.mark.exhaustive
 def test_custom_tokenizer_code_loads(speculators_dir, custom_tokenizer_llama, short_prompts):
     prompts = short_prompts[:3]
     run = run_stock(speculators_dir, custom_tokenizer_llama, prompts, LAYERS)
@@ -121,6 +123,7 @@ def test_custom_tokenizer_code_loads(speculators_dir, custom_tokenizer_llama, sh
     assert "trust_remote_code" in without.log
 
 
+@pytest.mark.exhaustive
 def test_launcher_drives_an_unmodified_script(
     speculators_dir, tiny_llama, short_prompts, short_oracle
 ):
@@ -138,6 +141,7 @@ def test_launcher_drives_an_unmodified_script(
     assert compare(run.results[0], short_prompts, short_oracle) <= TOLERANCE
 
 
+@pytest.mark.exhaustive
 def test_model_runner_v1_even_when_the_user_forces_v2(
     patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
 ):

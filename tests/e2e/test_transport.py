@@ -46,6 +46,7 @@ def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
     assert segments() <= before
 
 
+@pytest.mark.exhaustive
 def test_no_segment_leaks_after_a_failed_call(speculators_dir, tiny_llama, short_prompts):
     before = segments()
     run = run_stock(
@@ -55,6 +56,7 @@ def test_no_segment_leaks_after_a_failed_call(speculators_dir, tiny_llama, short
     assert segments() <= before
 
 
+@pytest.mark.exhaustive
 def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompts, tmp_path):
     before = segments()
     marker = tmp_path / "paused"

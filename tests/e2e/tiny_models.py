@@ -32,7 +32,11 @@ def build_tokenizer(directory: Path) -> None:
     )
     tokenizer.train(files, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        additional_special_tokens=["<image>"],
     )
     fast.save_pretrained(directory)
 
@@ -127,6 +131,7 @@ def build_llava(directory: Path, layers: int = 4, seed: int = 0) -> Path:
         image_processor=image_processor,
         tokenizer=AutoTokenizer.from_pretrained(directory),
         patch_size=8,
+        num_additional_image_tokens=1,  # CLIP's class token, as vLLM counts it
         vision_feature_select_strategy="default",
         image_token="<image>",
     ).save_pretrained(directory)
