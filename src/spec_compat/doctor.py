@@ -21,6 +21,7 @@ JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched"
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import platform
@@ -148,7 +149,8 @@ def collect(no_patches: bool = False) -> Report:
         if r.state is State.APPLIED and r.name in REGISTRY.patches
     ]
     candidates = list(REGISTRY.patches.values()) if no_patches else applied
-    moved = moved_imports(IMPORT_PATCHES if no_patches else applied_import_patches(IMPORT_PATCHES))
+    needed_imports = [p for p in IMPORT_PATCHES if p.decide().state is State.APPLIED]
+    moved = moved_imports(needed_imports if no_patches else applied_import_patches(IMPORT_PATCHES))
     for name in (GENERATOR, WORKER):
         if name in sys.modules:
             report.touch_points += check(name, candidates, moved=moved)
@@ -224,7 +226,10 @@ def main(argv: list[str]) -> int:
         "--no-patches", action="store_true", help="report the stock code against vLLM as is"
     )
     args = parser.parse_args(argv)
-    report = collect(no_patches=args.no_patches)
+    # vLLM logs to stdout; keep stdout for the report alone (vLLM's handler binds the stream
+    # it finds when it is first imported, inside collect()).
+    with contextlib.redirect_stdout(sys.stderr):
+        report = collect(no_patches=args.no_patches)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
