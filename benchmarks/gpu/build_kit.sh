@@ -53,6 +53,11 @@ open(f"{work}/specs.txt", "w").write("\n".join(specs) + "\n")
 print(" ".join(specs))
 PY
 python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$WORK/wheels" -r "$WORK/specs.txt"
+# vLLM 0.24 pins apache-tvm-ffi==0.1.9 but only bounds xgrammar; the newest xgrammar whose
+# own requirement admits tvm-ffi 0.1.9 is 0.2.5.post1 (0.2.6+ need >=0.1.10): pip's answer.
+rm -f "$WORK"/wheels/xgrammar-*.whl
+python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$WORK/wheels" xgrammar==0.2.5.post1
+ls "$WORK"/wheels | grep -i -E "tvm|xgrammar"
 python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$WORK/wheels" speculators==0.4.0.1
 python3 -m pip install -q --no-deps --no-compile "${PLAT[@]}" --target "$WORK/site" "$WORK"/wheels/*.whl
 # xgrammar's static library is for building against it; its bindings carry debug info.

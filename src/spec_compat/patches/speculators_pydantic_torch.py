@@ -26,12 +26,19 @@ from ..registry import Patch
 
 
 def _string_torch_annotations() -> dict[str, str]:
+    """PretrainedConfig annotations that name torch only as a forward reference."""
     from transformers import PretrainedConfig
 
     found: dict[str, Any] = {}
     for klass in reversed(PretrainedConfig.__mro__):
         found.update(getattr(klass, "__annotations__", {}))
-    return {k: v for k, v in found.items() if isinstance(v, str) and "torch" in v}
+    # A string annotation, or a typing construct holding ForwardRef('torch...') (3.12 keeps
+    # `Union[str, "torch.dtype"]` as such): both need `torch` in the rebuild namespace.
+    return {
+        k: str(v)
+        for k, v in found.items()
+        if (isinstance(v, str) and "torch" in v) or "ForwardRef('torch" in repr(v)
+    }
 
 
 def probe(module: ModuleType) -> Verdict:
