@@ -25,15 +25,24 @@ TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
 
 def build_model(directory: Path) -> None:
     import torch
-    from e2e import tiny_models
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from e2e import tiny_models
 
     directory.mkdir(parents=True, exist_ok=True)
     tiny_models.build_tokenizer(directory)
     config = LlamaConfig(
-        vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
-        num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=4096,
-        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, torch_dtype="bfloat16",
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+        torch_dtype="bfloat16",
     )
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -52,6 +61,11 @@ def peak_gpu(worker=None) -> int:  # runs in the worker through collective_rpc
     import torch
 
     return int(torch.cuda.max_memory_allocated())
+
+
+def arena_pinned(worker=None):  # runs in the worker through collective_rpc
+    arena = getattr(worker, "_spec_compat_arena", None)
+    return None if arena is None else arena.pinned
 
 
 def measure(role: str, model: str, rounds: int, out: str | None) -> None:
@@ -75,11 +89,24 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
         import spec_compat
 
         spec_compat.apply(exclude=TRANSPORT if role == "B-stock" else None)
+        import torch
         from speculators.data_generation.vllm_hidden_states_generator import (
             VllmHiddenStatesGenerator,
         )
 
         generator = VllmHiddenStatesGenerator(model, layer_ids=LAYERS, max_model_len=2048)
+        rpc_seconds = []
+        stock_rpc = generator.executor.collective_rpc
+
+        def timed_rpc(method, *args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return stock_rpc(method, *args, **kwargs)
+            finally:
+                if method == "_get_captured_states":
+                    rpc_seconds.append(time.perf_counter() - started)
+
+        generator.executor.collective_rpc = timed_rpc
         generator.generate(data[:8])
         for n in range(rounds):
             started = time.perf_counter()
@@ -91,19 +118,41 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
                 torch.save([r["hidden_states"] for r in results[:64]], out)
             del results
         gpu_peak = max(generator.executor.collective_rpc(peak_gpu))
+        pinned = generator.executor.collective_rpc(arena_pinned)
+        print(
+            json.dumps(
+                {
+                    "rpc_get_seconds_total": sum(rpc_seconds),
+                    "rpc_calls": len(rpc_seconds),
+                    "arena_pinned": pinned,
+                    "driver_threads": torch.get_num_threads(),
+                }
+            ),
+            flush=True,
+        )
         states = {r.name: r.state.value for r in spec_compat.status()}
         print(json.dumps({"patches": states}), flush=True)
     host_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({
-        "role": role, "tokens": tokens, "seconds": times,
-        "tokens_per_s": [tokens / t for t in times], "gpu_peak_bytes": gpu_peak,
-        "driver_peak_rss_bytes": host_peak,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "role": role,
+                "tokens": tokens,
+                "seconds": times,
+                "tokens_per_s": [tokens / t for t in times],
+                "gpu_peak_bytes": gpu_peak,
+                "driver_peak_rss_bytes": host_peak,
+            }
+        ),
+        flush=True,
+    )
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--role":
-        measure(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)
+        measure(
+            sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None
+        )
         return
     out_dir = Path(os.environ.get("OUT", "/tmp/out"))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -112,21 +161,30 @@ def main() -> None:
     build_model(model)
     print(f"model built in {time.perf_counter() - started:.1f} s", flush=True)
     summary: dict = {"runs": []}
-    plan = [("A", 3, None), ("B-shm", 3, "/tmp/shm.pt"), ("B-stock", 2, "/tmp/stock.pt")]
+    plan = [
+        ("A", 3, None),
+        ("B-shm", 3, "/tmp/shm.pt"),
+        ("B-stock", 2, "/tmp/stock.pt"),
+    ]
+    roles = os.environ.get("ROLES")
+    plan = [p for p in plan if not roles or p[0] in roles.split(",")]
     for role, rounds, dump in plan:
         cmd = [sys.executable, __file__, "--role", role, str(model), str(rounds)]
         cmd += [dump] if dump else []
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+        (out_dir / f"{role}.stderr.txt").write_text(proc.stderr[-4_000_000:])
+        (out_dir / f"{role}.stdout.txt").write_text(proc.stdout[-4_000_000:])  # vLLM logs here
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
-            print(f"{role} FAILED ({proc.returncode}):\n{proc.stderr[-6000:]}", flush=True)
+            errors = [ln for ln in proc.stderr.splitlines() if "rror" in ln]
+            print(f"{role} FAILED ({proc.returncode}):\n" + "\n".join(errors[-40:]), flush=True)
             summary["runs"].append({"role": role, "failed": proc.stderr[-3000:]})
             continue
         for line in lines:
             print(line, flush=True)
         record = json.loads(lines[-1])
-        if len(lines) > 1:
-            record["patches"] = json.loads(lines[0])["patches"]
+        for line in lines[:-1]:
+            record |= json.loads(line)
         summary["runs"].append(record)
     by_role = {r["role"]: r for r in summary["runs"] if "tokens_per_s" in r}
     medians = {k: statistics.median(v["tokens_per_s"]) for k, v in by_role.items()}
@@ -138,7 +196,9 @@ def main() -> None:
 
         a, b = torch.load("/tmp/shm.pt"), torch.load("/tmp/stock.pt")
         summary["bitwise_equal_first_64_prompts"] = all(
-            torch.equal(x, y) for pa, pb in zip(a, b, strict=True) for x, y in zip(pa, pb, strict=True)
+            torch.equal(x, y)
+            for pa, pb in zip(a, b, strict=True)
+            for x, y in zip(pa, pb, strict=True)
         )
     print(json.dumps(summary, indent=2), flush=True)
     (out_dir / "h200.json").write_text(json.dumps(summary, indent=2))

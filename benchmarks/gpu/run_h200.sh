@@ -4,6 +4,9 @@
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+# Spawned workers (what vLLM picks whenever the parent has touched CUDA); spec_compat's
+# worker patches reach them through the vllm.general_plugins entry point registered below.
+export VLLM_WORKER_MULTIPROC_METHOD=spawn
 cat /tmp/stage/kit.tar.xz.part-aa .gpukit/kit.tar.xz.part-ab | xz -d -T8 | tar -C /tmp -xf -
 # spec_compat from this checkout, with the dist-info that makes vLLM load its plugin in
 # every (spawned) worker.

@@ -46,7 +46,7 @@ class Patch:
     wrap: Callable[[Any], Any]
     speculators: str = ""
     vllm: str = ""
-    platform: Literal["cpu"] | None = None
+    platform: Literal["cpu", "gpu"] | None = None  # gpu: any platform but vLLM's CPU one
     default: bool = True  # applied by a plain apply(); False: only when named in `only`
     #: names called by the stock module whose signature drift this patch repairs; the
     #: generic drift check (spec_compat.drift) counts those calls as supported
@@ -241,6 +241,8 @@ class Registry:
             )
         if patch.platform == "cpu" and not _platform_is_cpu():
             return result(State.NOT_NEEDED, "only on vLLM's CPU platform")
+        if patch.platform == "gpu" and _platform_is_cpu():
+            return result(State.NOT_NEEDED, "not on vLLM's CPU platform")
         try:
             verdict = patch.probe(module)
         except Exception as exc:  # a probe that cannot even look is drift too

@@ -51,17 +51,31 @@ def _enabled() -> bool:
     return DRIVER_HALF in os.environ.get(ENV_PATCHES, "").split(",")
 
 
-def _cat(pieces: list[Any]) -> Any:
+def _cat(pieces: list[Any], arena: Arena | None = None, index: int = 0) -> Any:
+    """`torch.cat(pieces)`: the spanning view when the pieces are adjacent, else a copy
+    written after layer `index`'s rows in the arena (so it still travels as a descriptor)."""
     import torch
 
     if len(pieces) == 1:
         return pieces[0]
     view = adjacent_view(pieces, 0)
-    return view if view is not None else torch.cat(pieces, dim=0)
+    if view is not None:
+        return view
+    rows = sum(p.shape[0] for p in pieces)
+    if arena is not None and arena.fits(rows) and pieces[0].dim() == 2:
+        start = arena.rows[index]
+        out = arena.layer(index)[start : start + rows]
+        torch.cat(pieces, dim=0, out=out)
+        arena.rows[index] = start + rows
+        return out
+    return torch.cat(pieces, dim=0)
 
 
-def per_request(layers: list[Any], request_metadata: list[list[tuple[str, int]]]) -> dict:
-    """speculators 0.4.x's grouping of the concatenated rows by request, with views."""
+def per_request(
+    layers: list[Any], request_metadata: list[list[tuple[str, int]]], arena: Arena | None = None
+) -> dict:
+    """speculators 0.4.x's grouping of the concatenated rows by request, with views (a request
+    prefilled over several steps is concatenated into the arena)."""
     chunks: defaultdict[str, list[list[Any]]] = defaultdict(lambda: [[] for _ in layers])
     row = 0
     for step in request_metadata:
@@ -69,7 +83,10 @@ def per_request(layers: list[Any], request_metadata: list[list[tuple[str, int]]]
             for index, layer in enumerate(layers):
                 chunks[req_id][index].append(layer[row : row + count])
             row += count
-    return {req_id: [_cat(c) for c in per_layer] for req_id, per_layer in chunks.items()}
+    return {
+        req_id: [_cat(c, arena, i) for i, c in enumerate(per_layer)]
+        for req_id, per_layer in chunks.items()
+    }
 
 
 def wrap(original: type) -> type:
@@ -102,7 +119,7 @@ def wrap(original: type) -> type:
             layers = [_cat(per_layer) for per_layer in captured]
             self._captured_states = None
             if hasattr(type(self), "_set_request_metadata"):  # speculators 0.4.x
-                result: Any = per_request(layers, self._request_metadata)
+                result: Any = per_request(layers, self._request_metadata, arena)
                 self._request_metadata = []
             else:
                 result = layers
@@ -126,7 +143,8 @@ def wrap(original: type) -> type:
             config = getattr(self, "vllm_config", None)
             scheduler = getattr(config, "scheduler_config", None)
             model = getattr(config, "model_config", None)
-            planned = getattr(scheduler, "max_num_seqs", 1) * getattr(model, "max_model_len", 0)
+            # one call's rows, twice: room for requests prefilled over several steps
+            planned = 2 * getattr(scheduler, "max_num_seqs", 1) * getattr(model, "max_model_len", 0)
             capacity = max(rows, planned)
             nbytes = layers * capacity * width * like.element_size()
             if nbytes > shm_free_bytes() * 0.9:
