@@ -71,7 +71,10 @@ class Arena:
         self.shm = shared_memory.SharedMemory(
             name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}", create=True, size=nbytes
         )
-        self.flat = torch.frombuffer(self.shm.buf, dtype=dtype, count=nbytes // itemsize)
+        # A normal tensor even when created inside the forward pass (inference mode): it is
+        # written outside inference mode too (growth, per-request concatenation).
+        with torch.inference_mode(False):
+            self.flat = torch.frombuffer(self.shm.buf, dtype=dtype, count=nbytes // itemsize)
         self.pinned = False
         if pin and torch.cuda.is_available():
             cudart = torch.cuda.cudart()

@@ -65,7 +65,8 @@ def _cat(pieces: list[Any], arena: Arena | None = None, index: int = 0) -> Any:
     if arena is not None and arena.fits(rows) and pieces[0].dim() == 2:
         start = arena.rows[index]
         out = arena.layer(index)[start : start + rows]
-        torch.cat(pieces, dim=0, out=out)
+        with torch.inference_mode(out.is_inference()):  # arenas made by older code
+            torch.cat(pieces, dim=0, out=out)
         arena.rows[index] = start + rows
         return out
     return torch.cat(pieces, dim=0)
