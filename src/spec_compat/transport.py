@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import mmap
 import os
 import secrets
 import weakref
 from dataclasses import dataclass
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any
 
 PREFIX = "spec_compat_"
@@ -173,10 +174,14 @@ def to_descriptors(payload: Any, arena: Arena | None) -> Any:
 
 
 class Attachments:
-    """Driver side: segments by name, attached once, and views onto them."""
+    """Driver side: segments by name, mapped once, and views onto them.
+
+    Segments are mapped straight from /dev/shm rather than through `SharedMemory`: attaching
+    with `SharedMemory` registers the worker's segment with this process's resource tracker
+    (before Python 3.13), which then unlinks or double-unregisters it."""
 
     def __init__(self) -> None:
-        self.segments: dict[str, tuple[shared_memory.SharedMemory, Any]] = {}
+        self.segments: dict[str, tuple[mmap.mmap, Any]] = {}
         atexit.register(self.close)
 
     def flat(self, name: str, dtype: Any) -> Any:
@@ -185,12 +190,9 @@ class Attachments:
         if name not in self.segments:
             for old in list(self.segments):  # the worker grew its arena: drop the old one
                 self._detach(old)
-            shm = shared_memory.SharedMemory(name=name)
-            # Attaching registers the segment with this process's resource tracker (before
-            # Python 3.13), which would unlink the worker's segment at our exit: undo that.
-            with contextlib.suppress(Exception):
-                resource_tracker.unregister(shm._name, "shared_memory")
-            self.segments[name] = (shm, torch.frombuffer(shm.buf, dtype=torch.uint8))
+            with open(os.path.join(SHM_DIR, name), "r+b") as fh:
+                mapping = mmap.mmap(fh.fileno(), 0)
+            self.segments[name] = (mapping, torch.frombuffer(mapping, dtype=torch.uint8))
         return self.segments[name][1]
 
     def view(self, desc: ArenaTensor) -> Any:
@@ -209,10 +211,10 @@ class Attachments:
         return payload
 
     def _detach(self, name: str) -> None:
-        shm, flat = self.segments.pop(name)
+        mapping, flat = self.segments.pop(name)
         del flat
-        with contextlib.suppress(BufferError):
-            shm.close()
+        with contextlib.suppress(BufferError):  # views still alive: unmapped when they go
+            mapping.close()
 
     def close(self) -> None:
         for name in list(self.segments):
