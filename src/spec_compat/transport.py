@@ -25,10 +25,8 @@ import atexit
 import contextlib
 import mmap
 import os
-import secrets
 import weakref
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 from typing import Any
 
 PREFIX = "spec_compat_"
@@ -69,6 +67,9 @@ class Arena:
         self.layers, self.width, self.dtype, self.capacity = layers, width, dtype, capacity
         itemsize = torch.empty((), dtype=dtype).element_size()
         nbytes = max(1, layers * capacity * width * itemsize)
+        import secrets
+        from multiprocessing import shared_memory
+
         self.shm = shared_memory.SharedMemory(
             name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}", create=True, size=nbytes
         )
@@ -117,7 +118,7 @@ class Arena:
         self._finalizer()
 
 
-def _close(shm: shared_memory.SharedMemory, flat: Any, pinned: bool) -> None:
+def _close(shm: Any, flat: Any, pinned: bool) -> None:
     if pinned:
         import torch
 
