@@ -19,7 +19,7 @@ import inspect
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .gates import _stock_tree, signature_text
+from .gates import _dotted, _stock_tree, signature_text
 
 
 @dataclass
@@ -43,15 +43,6 @@ class TouchPoint:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
 
 
 VENDOR_ROOTS = ("vllm",)

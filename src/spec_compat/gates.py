@@ -119,6 +119,12 @@ def stock_calls(module: ModuleType | str, callee: str) -> list[StockCall]:
     return calls
 
 
+def stock_passes(module: ModuleType | str, callee: str, keyword: str) -> bool:
+    """True when every stock call to `callee` passes `keyword` (and there is one)."""
+    calls = stock_calls(module, callee)
+    return bool(calls) and all(keyword in c.keywords for c in calls)
+
+
 def stock_mentions(module: ModuleType | str, dotted: str) -> bool:
     """True when the stock module's source names `dotted` (e.g. `torch.cuda.mem_get_info`)."""
     name = module if isinstance(module, str) else module.__name__

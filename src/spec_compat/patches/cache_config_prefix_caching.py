@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text, stock_calls
+from ..gates import Need, Verdict, signature_text, stock_passes
 from ..registry import Patch
 from ._stock import GENERATOR, parameters, with_kwargs
 
@@ -32,8 +32,7 @@ def _installed() -> Any:
 def probe(module: ModuleType) -> Verdict:
     installed = _installed()
     found = signature_text(installed)
-    calls = stock_calls(module, "CacheConfig")
-    if calls and all(FIELD in c.keywords for c in calls):
+    if stock_passes(module, "CacheConfig", FIELD):
         return Verdict(Need.NOT_NEEDED, found, f"the stock call sets {FIELD}")
     param = parameters(installed).get(FIELD)
     if param is None:

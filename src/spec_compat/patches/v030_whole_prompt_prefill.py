@@ -21,7 +21,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text, stock_calls
+from ..gates import Need, Verdict, signature_text, stock_passes
 from ..registry import Patch
 from ._stock import GENERATOR, parameters, with_kwargs
 
@@ -37,8 +37,7 @@ def _installed() -> Any:
 def probe(module: ModuleType) -> Verdict:
     installed = _installed()
     found = signature_text(installed)
-    calls = stock_calls(module, "SchedulerConfig")
-    if calls and all(FIELD in c.keywords for c in calls):
+    if stock_passes(module, "SchedulerConfig", FIELD):
         return Verdict(Need.NOT_NEEDED, found, f"the stock call sets {FIELD}")
     if FIELD not in parameters(installed):
         return Verdict(Need.UNKNOWN, found, f"SchedulerConfig has no {FIELD}")
