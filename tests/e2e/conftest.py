@@ -100,11 +100,14 @@ def pytest_runtest_makereport(item, call):
             "speculators": line,
             "outcome": report.outcome,
             "max_relative_error": props.get("max_relative_error"),
+            "reference": props.get("reference", "transformers"),
             "patches_applied": props.get("patches_applied", []),
             "refusal": props.get("refusal"),
             "seconds": props.get("seconds"),
             "date": datetime.date.today().isoformat(),
-            "detail": "" if report.passed else str(report.longrepr)[-2000:],
+            "detail": ""
+            if report.passed
+            else (report.longrepr[2] if report.skipped else str(report.longrepr)[-2000:]),
         }
         directory = Path(RESULTS_DIR)
         directory.mkdir(parents=True, exist_ok=True)

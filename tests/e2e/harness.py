@@ -13,6 +13,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("run_extractor.py")
+NATIVE_RUNNER = Path(__file__).with_name("run_native.py")
 #: The oracle tolerance: max |vllm - transformers| / max |transformers|, per layer, float32.
 TOLERANCE = 1e-5
 
@@ -83,28 +84,71 @@ def run_stock(
         } | (extra or {})
         spec_file = Path(tmp) / "spec.json"
         spec_file.write_text(json.dumps(spec))
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}
-        child_env |= {
-            "PYTHONPATH": str(speculators_dir),
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_OFFLINE": "1",
-        }
-        child_env |= preload_env()
-        child_env |= env or {}
-        proc = subprocess.run(
+        proc = _run_child(
             [*(launcher or [sys.executable]), str(RUNNER), str(spec_file)],
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
+            child_env(speculators_dir) | (env or {}),
+            timeout,
         )
         data = (
             torch.load(out, weights_only=False) if proc.returncode == 0 and out.exists() else None
         )
         return Run(proc.returncode, proc.stdout, data, calls)
+
+
+def child_env(speculators_dir: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}
+    env |= {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+    if speculators_dir is not None:
+        env["PYTHONPATH"] = str(speculators_dir)
+    return env | preload_env()
+
+
+def _run_child(command: list[str], env: dict[str, str], timeout: float):
+    return subprocess.run(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def native_reference(
+    model: Path,
+    prompts: list[list[int]],
+    layers: list[int],
+    *,
+    max_model_len: int = 512,
+    attention_backend: str | None = None,
+) -> list[list[Any]]:
+    """vLLM's own aux hidden states for `layers` (speculators' ids), per prompt (run_native.py)."""
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "native.pt"
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(
+            json.dumps(
+                {
+                    "model": str(model),
+                    "prompts": prompts,
+                    "layers": layers,
+                    "max_model_len": max_model_len,
+                    "attention_backend": attention_backend,
+                    "out": str(out),
+                }
+            )
+        )
+        proc = _run_child([sys.executable, str(NATIVE_RUNNER), str(spec_file)], child_env(), 600)
+        tail = "\n".join(proc.stdout.splitlines()[-40:])
+        assert proc.returncode == 0, f"native reference failed:\n{tail}"
+        return torch.load(out)
 
 
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")

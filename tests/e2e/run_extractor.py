@@ -4,7 +4,10 @@
 
 SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int,
        "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
-       "exclude": [...]|null, "out": file.pt}
+       "exclude": [...]|null, "out": file.pt, "catch_errors": bool}
+
+With catch_errors, a generate() call that raises is recorded as {"error": "Type: message"}
+and the next call runs on the same generator.
 
 Test-only override: the stock code passes dtype="auto", which vLLM's CPU platform runs in
 bf16; the oracle needs float32, so ModelConfig is forced to float32 *here*, never in
@@ -43,6 +46,19 @@ def main() -> None:
 
     gen.ModelConfig = float32_model_config
 
+    if backend := spec.get("attention_backend"):
+        # Test-only as well: AMX MLA (picked when the CPU has AMX) runs bf16 only, so MLA
+        # models are pinned to vLLM's float32-capable reference CPU_MLA backend.
+        from vllm.config import AttentionConfig
+
+        stock_vllm_config = gen.VllmConfig
+
+        def pinned_backend_vllm_config(*args, **kwargs):
+            kwargs["attention_config"] = AttentionConfig(backend=backend)
+            return stock_vllm_config(*args, **kwargs)
+
+        gen.VllmConfig = pinned_backend_vllm_config
+
     started = time.perf_counter()
     generator = gen.VllmHiddenStatesGenerator(
         spec["model"], layer_ids=spec["layers"], max_model_len=spec["max_model_len"]
@@ -52,7 +68,13 @@ def main() -> None:
     outputs = []
     for n, indices in enumerate(spec["calls"]):
         started = time.perf_counter()
-        results = generator.generate([prompts[i] for i in indices])
+        try:
+            results = generator.generate([prompts[i] for i in indices])
+        except Exception as exc:  # bad-input tests: record the error, go on with the next
+            if not spec.get("catch_errors"):
+                raise
+            outputs.append({"error": f"{type(exc).__name__}: {exc}"})
+            continue
         timings[f"generate_{n}"] = time.perf_counter() - started
         outputs.append(
             [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]

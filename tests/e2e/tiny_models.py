@@ -80,6 +80,24 @@ def build_llama(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     return _save(LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **TEXT)), directory)
 
 
+#: token ids whose embedding rows the broken Llama zeroes / fills with NaN
+ZERO_TOKEN, NAN_TOKEN = 5, 6
+
+
+def build_broken_llama(directory: Path) -> Path:
+    """The tiny Llama with a zero and a NaN embedding row: what a damaged checkpoint or a
+    half-precision overflow hands the extractor (all-zero / NaN hidden states)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    build_llama(directory)
+    model = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    with torch.no_grad():
+        model.model.embed_tokens.weight[ZERO_TOKEN] = 0.0
+        model.model.embed_tokens.weight[NAN_TOKEN] = float("nan")
+    return _save(model, directory)
+
+
 def build_qwen3(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -138,7 +156,82 @@ def build_llava(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     return _save(LlavaForConditionalGeneration(config), directory, text_architecture)
 
 
-BUILDERS = {"llama": build_llama, "qwen3": build_qwen3, "llava": build_llava}
+def build_qwen3_moe(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    """Qwen3-MoE: routed experts (8, top-2) in every layer; vLLM's fused-MoE path."""
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    directory.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(directory)
+    torch.manual_seed(seed)
+    config = Qwen3MoeConfig(
+        num_hidden_layers=layers,
+        head_dim=32,
+        moe_intermediate_size=64,
+        num_experts=8,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        **TEXT,
+    )
+    return _save(Qwen3MoeForCausalLM(config), directory)
+
+
+#: DeepSeek-V3's Llama-4 attention scaling (Mistral Large 3 and Kimi checkpoints carry it):
+#: queries at position p are scaled by 1 + beta * log(1 + floor(p / original)).  A short
+#: `original` makes it act inside the test prompts.
+LLAMA_4_SCALING = {"original_max_position_embeddings": 16, "beta": 0.5}
+
+
+def build_deepseek_v2(
+    directory: Path, layers: int = 4, seed: int = 0, llama_4_scaling: dict | None = None
+) -> Path:
+    """DeepSeek-V2: multi-head latent attention, one dense layer then shared + routed experts."""
+    import torch
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    directory.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(directory)
+    torch.manual_seed(seed)
+    text = TEXT | {"num_key_value_heads": 4}
+    config = DeepseekV2Config(
+        num_hidden_layers=layers,
+        # vLLM's reference CPU MLA kernel only exists for DeepSeek's latent size, 512 + 64
+        kv_lora_rank=512,
+        q_lora_rank=96,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=64,
+        v_head_dim=32,
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        topk_method="greedy",
+        n_group=1,  # vLLM's CPU router always groups; one group is plain top-k
+        topk_group=1,
+        norm_topk_prob=False,
+        **text,
+    )
+
+    def scaling(data: dict) -> None:
+        if llama_4_scaling is not None:
+            data["llama_4_scaling"] = llama_4_scaling
+
+    return _save(DeepseekV2ForCausalLM(config), directory, scaling)
+
+
+def build_deepseek_v2_scaled(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    return build_deepseek_v2(directory, layers, seed, llama_4_scaling=LLAMA_4_SCALING)
+
+
+BUILDERS = {
+    "llama": build_llama,
+    "qwen3": build_qwen3,
+    "qwen3_moe": build_qwen3_moe,
+    "deepseek_v2": build_deepseek_v2,
+    "deepseek_v2_llama4_scaling": build_deepseek_v2_scaled,
+    "llava": build_llava,
+}
 
 
 def random_prompts(count: int, low: int, high: int, seed: int = 1) -> list[list[int]]:

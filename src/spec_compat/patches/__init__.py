@@ -14,6 +14,7 @@ from . import (
     driver_copy_threads,
     executor_kv_cache_layout,
     executor_sample_tokens,
+    generate_checks,
     kv_cache_config_specs,
     kv_cache_planning_module,
     model_runner_v1,
@@ -32,6 +33,7 @@ from . import (
     v04_results_in_input_order,
     worker_embed_input_ids,
     worker_language_model,
+    worker_native_layer_call,
 )
 
 ALL: tuple[Patch, ...] = (
@@ -55,8 +57,10 @@ ALL: tuple[Patch, ...] = (
     cpu_mem_get_info.PATCH,
     v04_results_in_input_order.PATCH,
     v04_batches_of_max_num_seqs.PATCH,
+    generate_checks.PATCH,
     driver_copy_threads.PATCH,
     worker_embed_input_ids.PATCH,
+    worker_native_layer_call.PATCH,
     worker_language_model.PATCH,
     shm_transport_worker.PATCH,
 )

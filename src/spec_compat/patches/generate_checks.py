@@ -1,0 +1,123 @@
+"""Refuse bad prompts before work starts, and corrupt hidden states before they are returned.
+
+Target: ``vllm_hidden_states_generator.VllmHiddenStatesGenerator.generate`` (both lines).
+Why: the stock ``generate`` hands prompts to vLLM's scheduler directly, past vLLM's own
+    input validation: an empty prompt or a token id outside the vocabulary fails deep in
+    the engine (or, on GPU, reads out of bounds), after the batch's other work is done.
+    Prompts longer than ``max_model_len - 1`` are cut silently.  And nothing looks at what
+    comes back: NaN/Inf or all-zero hidden states (a broken checkpoint, an overflow in
+    half precision, a capture that missed rows) go straight into training data.
+How: ``generate`` is wrapped.  Before: no prompts, an empty prompt or an out-of-vocabulary
+    id raises ``ValueError`` naming the prompt; a prompt that will be cut is logged with
+    its length.  After: every result must have one row per returned token, finite values,
+    and no all-zero row, per layer; otherwise ``CorruptHiddenStates`` names the prompt and
+    layer and carries the results (``.results``) so nothing is lost.  One pass over the data.
+Upstream change: none; the stock extractor never validated.
+Remove when: speculators validates prompts and captured states itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from types import ModuleType
+from typing import Any
+
+from ..gates import Need, Verdict, signature_text
+from ..registry import Patch
+from ._stock import GENERATOR
+
+log = logging.getLogger("spec_compat")
+
+
+class CorruptHiddenStates(RuntimeError):
+    """Captured hidden states that must not reach training data; `.results` keeps them."""
+
+    def __init__(self, problems: list[str], results: list[dict]):
+        self.problems, self.results = problems, results
+        shown = "\n".join(f"  - {p}" for p in problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        super().__init__(f"corrupt hidden states in {len(problems)} place(s):\n{shown}{more}")
+
+
+def _prompt_lists(token_ids: Any) -> list[list[int]]:
+    if hasattr(token_ids, "tolist"):
+        return token_ids.tolist()
+    return [t.tolist() if hasattr(t, "tolist") else list(t) for t in token_ids]
+
+
+def check_prompts(prompts: list[list[int]], vocab_size: int, max_len: int) -> None:
+    if not prompts:
+        raise ValueError("generate() got no prompts")
+    for i, ids in enumerate(prompts):
+        if not ids:
+            raise ValueError(f"prompt {i} is empty: there is no token to capture states for")
+        low, high = min(ids), max(ids)
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"prompt {i}: token id {bad} is outside the vocabulary (0..{vocab_size - 1})"
+            )
+        if len(ids) > max_len:
+            log.warning(
+                "prompt %d has %d tokens; the stock extractor keeps the first %d "
+                "(max_model_len - 1)",
+                i,
+                len(ids),
+                max_len,
+            )
+
+
+def problems_in(results: list[dict], layer_ids: list[int]) -> list[str]:
+    import torch
+
+    found = []
+    for i, result in enumerate(results):
+        n_tokens = len(result["input_ids"])
+        for layer, states in zip(layer_ids, result["hidden_states"], strict=False):
+            where = f"prompt {i}, layer {layer}"
+            if states.shape[0] != n_tokens:
+                found.append(f"{where}: {states.shape[0]} rows for {n_tokens} tokens")
+                continue
+            row_max = states.abs().amax(dim=-1)  # NaN propagates: one pass over the data
+            if not bool(torch.isfinite(row_max).all()):
+                found.append(f"{where}: NaN/Inf in {int((~torch.isfinite(states)).sum())} values")
+            elif bool((row_max == 0).any()):
+                zero_rows = (row_max == 0).nonzero().flatten().tolist()
+                found.append(f"{where}: all-zero state at token(s) {zero_rows[:8]}")
+        if len(result["hidden_states"]) != len(layer_ids):
+            found.append(
+                f"prompt {i}: {len(result['hidden_states'])} layers for {len(layer_ids)} requested"
+            )
+    return found
+
+
+def probe(module: ModuleType) -> Verdict:
+    generate = module.VllmHiddenStatesGenerator.generate
+    return Verdict(Need.NEEDED, signature_text(generate), "the stock generate checks nothing")
+
+
+def wrap(original: Any) -> Any:
+    @functools.wraps(original)
+    def generate(self: Any, token_ids: Any, *args: Any, **kwargs: Any) -> list[dict]:
+        model_config = self.vllm_config.model_config
+        check_prompts(
+            _prompt_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
+        )
+        results = original(self, token_ids, *args, **kwargs)
+        if problems := problems_in(results, list(self.layer_ids)):
+            raise CorruptHiddenStates(problems, results)
+        return results
+
+    return generate
+
+
+PATCH = Patch(
+    name="generate_checks",
+    side="driver",
+    module=GENERATOR,
+    target="VllmHiddenStatesGenerator.generate",
+    summary="driver: refuse empty/out-of-vocabulary prompts; refuse NaN/Inf/all-zero states",
+    probe=probe,
+    wrap=wrap,
+)
