@@ -80,6 +80,7 @@ def test_results_in_input_order_and_more_than_32_prompts(line, speculators_dir, 
         assert "not found in captured states" in unpatched.log
 
 
+@pytest.mark.exhaustive
 def test_batch_sizes_shared_prefixes_and_length_limits(line, speculators_dir, tiny_llama):
     """Batches of 1, 8 and 64 (two scheduler passes of 32 on 0.4.x, steps over the 8,192-token
     budget on 0.3.0), 24 prompts sharing a 300-token prefix, and prompts of exactly
@@ -127,6 +128,7 @@ def test_layer_out_of_range_is_refused_before_the_engine_starts(speculators_dir,
     assert "Loading weights" not in run.log and "WorkerProc" not in run.log
 
 
+@pytest.mark.exhaustive
 def test_nan_and_all_zero_states_are_refused(line, speculators_dir, tmp_path):
     """The stock extractor returns NaN / all-zero hidden states silently; with apply() the
     call raises CorruptHiddenStates naming prompt and layer."""

@@ -28,3 +28,9 @@ def with_kwargs(original: Any, adjust: Callable[[dict[str, Any]], None]) -> Call
 
 def parameters(obj: Any) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(obj).parameters)
+
+
+def named_adapter(adapter: type, original: type, patch: str) -> type:
+    """Name an adapter subclass after the patch that made it (tracebacks, doctor, stacking)."""
+    adapter.__qualname__ = f"spec_compat[{patch}]({original.__qualname__})"
+    return adapter

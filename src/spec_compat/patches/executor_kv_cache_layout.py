@@ -22,7 +22,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..registry import Patch
-from ._stock import GENERATOR, parameters
+from ._stock import GENERATOR, named_adapter, parameters
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -75,8 +75,7 @@ def wrap(original: type) -> type:
                 kv_cache_config.kv_cache_layout = layout
             return super().initialize_from_config(kv_cache_configs)
 
-    MultiprocExecutor.__qualname__ = f"spec_compat[{PATCH.name}]({original.__qualname__})"
-    return MultiprocExecutor
+    return named_adapter(MultiprocExecutor, original, PATCH.name)
 
 
 PATCH = Patch(

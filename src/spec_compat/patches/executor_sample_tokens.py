@@ -19,7 +19,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text, stock_mentions
 from ..registry import Patch
-from ._stock import GENERATOR
+from ._stock import GENERATOR, named_adapter
 
 
 def _installed() -> Any:
@@ -44,8 +44,7 @@ def wrap(original: type) -> type:
             output = super().execute_model(scheduler_output, *args, **kwargs)
             return self.sample_tokens(None) if output is None else output
 
-    MultiprocExecutor.__qualname__ = f"spec_compat[{PATCH.name}]({original.__qualname__})"
-    return MultiprocExecutor
+    return named_adapter(MultiprocExecutor, original, PATCH.name)
 
 
 PATCH = Patch(

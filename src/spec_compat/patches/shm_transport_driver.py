@@ -21,7 +21,7 @@ from typing import Any
 from ..gates import Need, Verdict
 from ..registry import Patch
 from ..transport import Attachments, shm_free_bytes
-from ._stock import GENERATOR
+from ._stock import GENERATOR, named_adapter
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -49,8 +49,7 @@ def wrap(original: type) -> type:
                 if self._spec_compat_attachments is not None:
                     self._spec_compat_attachments.close()
 
-    MultiprocExecutor.__qualname__ = f"spec_compat[{PATCH.name}]({original.__qualname__})"
-    return MultiprocExecutor
+    return named_adapter(MultiprocExecutor, original, PATCH.name)
 
 
 PATCH = Patch(

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, stock_mentions
 from ..registry import Patch
-from ._stock import GENERATOR
+from ._stock import GENERATOR, named_adapter
 
 
 class CaptureMisaligned(RuntimeError):
@@ -82,8 +82,7 @@ def wrap(original: type) -> type:
                     )
             return reply
 
-    MultiprocExecutor.__qualname__ = f"spec_compat[{PATCH.name}]({original.__qualname__})"
-    return MultiprocExecutor
+    return named_adapter(MultiprocExecutor, original, PATCH.name)
 
 
 PATCH = Patch(

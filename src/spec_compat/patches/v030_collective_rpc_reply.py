@@ -25,7 +25,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..registry import Patch
-from ._stock import GENERATOR, parameters
+from ._stock import GENERATOR, named_adapter, parameters
 
 CAPTURE_RPC = "_get_captured_states"
 
@@ -70,8 +70,7 @@ def wrap(original: type) -> type:
             check_capture_payload(reply)
             return [reply]
 
-    MultiprocExecutor.__qualname__ = f"spec_compat[{PATCH.name}]({original.__qualname__})"
-    return MultiprocExecutor
+    return named_adapter(MultiprocExecutor, original, PATCH.name)
 
 
 PATCH = Patch(
