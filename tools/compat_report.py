@@ -28,10 +28,10 @@ def status_of(record: dict) -> str:
         return record["status"]
     if record["outcome"] == "passed":
         return "pass"
-    if record["outcome"] == "skipped":
-        return "n/a"
     if record.get("refusal"):
         return "refused"
+    if record["outcome"] == "skipped":
+        return "n/a"
     return "fail"
 
 
