@@ -150,17 +150,15 @@ def main() -> None:
         samples: dict[str, list[dict]] = {role: [] for role in python}
         for _ in range(args.rounds):
             for role in python:
-                out = (
-                    subprocess.run(
-                        [python[role], __file__, "--role", role, "--spec", str(spec_file)],
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        check=True,
-                    )
-                    .stdout.strip()
-                    .splitlines()[-1]
-                )
+                stdout = subprocess.run(
+                    [python[role], __file__, "--role", role, "--spec", str(spec_file)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                # vLLM logs to stdout too, also after the result line
+                out = next(x for x in reversed(stdout.splitlines()) if x.startswith('{"role"'))
                 samples[role].append(json.loads(out))
                 print(f"  {role}: {samples[role][-1]['tokens_per_s']:.0f} tokens/s", flush=True)
     median = {r: statistics.median(s["tokens_per_s"] for s in v) for r, v in samples.items()}
