@@ -93,3 +93,31 @@ def test_state_checks_find_nan_zero_rows_and_short_captures():
         "prompt 1, layer 0: 2 rows for 3 tokens",
         "prompt 1: 1 layers for 2 requested",
     ]
+
+
+def test_decoder_lookup_handles_every_wrapper_shape():
+    from types import ModuleType, SimpleNamespace
+
+    from spec_compat.patches.worker_language_model import find_decoder, stock_decoder
+
+    def decoder():
+        return SimpleNamespace(layers=(), norm=None)
+
+    text = SimpleNamespace(model=decoder())
+    llava = SimpleNamespace(language_model=SimpleNamespace(model=decoder()))
+    llava.get_language_model = lambda: llava.language_model
+    kimi_015 = SimpleNamespace(language_model=decoder())  # get_language_model() is the decoder
+    kimi_015.get_language_model = lambda: kimi_015.language_model
+    assert find_decoder(text) is text.model
+    assert find_decoder(llava) is llava.language_model.model
+    assert find_decoder(kimi_015) is kimi_015.language_model
+    with pytest.raises(ValueError, match="no reachable decoder layers"):
+        find_decoder(SimpleNamespace(model=SimpleNamespace()))
+
+    line_04 = ModuleType("custom_worker_04")  # 0.4.x: get_language_model().model
+    assert stock_decoder(llava, line_04) is find_decoder(llava)  # the stock method runs
+    assert stock_decoder(kimi_015, line_04) is None  # the stock method would raise
+    line_030 = ModuleType("custom_worker_030")
+    line_030.supports_eagle3 = lambda model: model is text
+    assert stock_decoder(text, line_030) is text.model
+    assert stock_decoder(llava, line_030) is None
