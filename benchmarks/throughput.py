@@ -103,7 +103,9 @@ def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int)
         for first in range(0, len(prompts), step):
             results += generator.generate(prompts[first : first + step])
         seconds = time.perf_counter() - started
-        assert [r["input_ids"].tolist() for r in results] == prompts
+        got = [r["input_ids"].tolist() for r in results]
+        # P is the unpatched 0.4.0.1: its results come back in request-id string order
+        assert (sorted(got) == sorted(prompts)) if role == "P" else (got == prompts)
     tokens = sum(len(p) for p in prompts)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     peak_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
