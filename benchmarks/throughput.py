@@ -152,18 +152,21 @@ def main() -> None:
         samples: dict[str, list[dict]] = {role: [] for role in python}
         for _ in range(args.rounds):
             for role in python:
-                stdout = subprocess.run(
+                proc = subprocess.run(
                     [python[role], __file__, "--role", role, "--spec", str(spec_file)],
                     env=env,
                     capture_output=True,
                     text=True,
-                    check=True,
-                ).stdout
+                )
+                if proc.returncode != 0:  # report, keep measuring the other roles
+                    tail = [x for x in proc.stderr.splitlines() if x.strip()][-3:]
+                    print(f"  {role}: FAILED (exit {proc.returncode}): {' | '.join(tail)}")
+                    continue
                 # vLLM logs to stdout too, also after the result line
-                out = next(x for x in reversed(stdout.splitlines()) if x.startswith('{"role"'))
+                out = next(x for x in reversed(proc.stdout.splitlines()) if x.startswith('{"role"'))
                 samples[role].append(json.loads(out))
                 print(f"  {role}: {samples[role][-1]['tokens_per_s']:.0f} tokens/s", flush=True)
-    median = {r: statistics.median(s["tokens_per_s"] for s in v) for r, v in samples.items()}
+    median = {r: statistics.median(s["tokens_per_s"] for s in v) for r, v in samples.items() if v}
     from spec_compat.gates import installed_version
 
     print(
@@ -178,7 +181,7 @@ def main() -> None:
         "B-stock-transport": "same, stock RPC transport",
         "P": "stock on its pinned release",
     }
-    for role in samples:
+    for role in median:
         name = names[role]
         spread = [round(s["tokens_per_s"]) for s in samples[role]]
         peak = max(s["peak_rss_mb"] + s["peak_worker_rss_mb"] for s in samples[role])
