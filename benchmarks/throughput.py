@@ -52,6 +52,12 @@ def build_model(directory: Path, hidden: int, layers: int) -> None:
     }
     torch.manual_seed(0)
     tiny_models._save(LlamaForCausalLM(LlamaConfig(**config)), directory)
+    # Role P runs the pinned release's transformers (4.x), which does not know the class
+    # name transformers 5 writes (TokenizersBackend); both read PreTrainedTokenizerFast.
+    tokenizer_config = directory / "tokenizer_config.json"
+    data = json.loads(tokenizer_config.read_text())
+    data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tokenizer_config.write_text(json.dumps(data, indent=2))
 
 
 #: role -> spec_compat.apply() arguments for the extractor roles
