@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 LAYERS = [2, 8, 13, 15]
 TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
+CHECKS = ["generate_checks"]  # B-shm-nochecks: what the NaN/zero/row checks cost
 
 
 def build_model(directory: Path) -> None:
@@ -88,7 +89,7 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
     else:
         import spec_compat
 
-        spec_compat.apply(exclude=TRANSPORT if role == "B-stock" else None)
+        spec_compat.apply(exclude={"B-stock": TRANSPORT, "B-shm-nochecks": CHECKS}.get(role))
         import torch
         from speculators.data_generation.vllm_hidden_states_generator import (
             VllmHiddenStatesGenerator,
@@ -165,6 +166,7 @@ def main() -> None:
         ("A", 3, None),
         ("B-shm", 3, "/tmp/shm.pt"),
         ("B-stock", 2, "/tmp/stock.pt"),
+        ("B-shm-nochecks", 2, None),
     ]
     roles = os.environ.get("ROLES")
     plan = [p for p in plan if not roles or p[0] in roles.split(",")]
