@@ -57,6 +57,15 @@ IMAGE_TOKEN = 3
 FIRST_PROMPT_ID = 4
 
 
+def _start(directory: Path, seed: int) -> None:
+    """A model directory with the shared tokenizer, and torch seeded for its weights."""
+    import torch
+
+    directory.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(directory)
+    torch.manual_seed(seed)
+
+
 def _save(model, directory: Path, config_edit=None) -> Path:
     import torch
 
@@ -71,12 +80,9 @@ def _save(model, directory: Path, config_edit=None) -> Path:
 
 
 def build_llama(directory: Path, layers: int = 4, seed: int = 0) -> Path:
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    directory.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(directory)
-    torch.manual_seed(seed)
+    _start(directory, seed)
     return _save(LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **TEXT)), directory)
 
 
@@ -99,19 +105,15 @@ def build_broken_llama(directory: Path) -> Path:
 
 
 def build_qwen3(directory: Path, layers: int = 4, seed: int = 0) -> Path:
-    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    directory.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(directory)
-    torch.manual_seed(seed)
+    _start(directory, seed)
     config = Qwen3Config(num_hidden_layers=layers, head_dim=32, **TEXT)
     return _save(Qwen3ForCausalLM(config), directory)
 
 
 def build_llava(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     """A tiny Llava: a small CLIP vision tower around the tiny Llama text stack."""
-    import torch
     from transformers import (
         CLIPVisionConfig,
         LlamaConfig,
@@ -119,9 +121,7 @@ def build_llava(directory: Path, layers: int = 4, seed: int = 0) -> Path:
         LlavaForConditionalGeneration,
     )
 
-    directory.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(directory)
-    torch.manual_seed(seed)
+    _start(directory, seed)
     config = LlavaConfig(
         vision_config=CLIPVisionConfig(
             hidden_size=32,
@@ -158,12 +158,9 @@ def build_llava(directory: Path, layers: int = 4, seed: int = 0) -> Path:
 
 def build_qwen3_moe(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     """Qwen3-MoE: routed experts (8, top-2) in every layer; vLLM's fused-MoE path."""
-    import torch
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    directory.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(directory)
-    torch.manual_seed(seed)
+    _start(directory, seed)
     config = Qwen3MoeConfig(
         num_hidden_layers=layers,
         head_dim=32,
@@ -186,12 +183,9 @@ def build_deepseek_v2(
     directory: Path, layers: int = 4, seed: int = 0, llama_4_scaling: dict | None = None
 ) -> Path:
     """DeepSeek-V2: multi-head latent attention, one dense layer then shared + routed experts."""
-    import torch
     from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
 
-    directory.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(directory)
-    torch.manual_seed(seed)
+    _start(directory, seed)
     text = TEXT | {"num_key_value_heads": 4}
     config = DeepseekV2Config(
         num_hidden_layers=layers,

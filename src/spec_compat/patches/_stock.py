@@ -34,3 +34,10 @@ def named_adapter(adapter: type, original: type, patch: str) -> type:
     """Name an adapter subclass after the patch that made it (tracebacks, doctor, stacking)."""
     adapter.__qualname__ = f"spec_compat[{patch}]({original.__qualname__})"
     return adapter
+
+
+def prompt_lists(token_ids: Any) -> list[list[int]]:
+    """`generate()`'s prompts (a tensor, or a list of lists or tensors) as lists of ints."""
+    if hasattr(token_ids, "tolist"):
+        return token_ids.tolist()
+    return [t.tolist() if hasattr(t, "tolist") else list(t) for t in token_ids]

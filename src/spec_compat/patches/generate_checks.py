@@ -26,7 +26,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..registry import Patch
-from ._stock import GENERATOR
+from ._stock import GENERATOR, prompt_lists
 
 log = logging.getLogger("spec_compat")
 
@@ -39,12 +39,6 @@ class CorruptHiddenStates(RuntimeError):
         shown = "\n".join(f"  - {p}" for p in problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         super().__init__(f"corrupt hidden states in {len(problems)} place(s):\n{shown}{more}")
-
-
-def _prompt_lists(token_ids: Any) -> list[list[int]]:
-    if hasattr(token_ids, "tolist"):
-        return token_ids.tolist()
-    return [t.tolist() if hasattr(t, "tolist") else list(t) for t in token_ids]
 
 
 def check_prompts(prompts: list[list[int]], vocab_size: int, max_len: int) -> None:
@@ -105,7 +99,7 @@ def wrap(original: Any) -> Any:
     def generate(self: Any, token_ids: Any, *args: Any, **kwargs: Any) -> list[dict]:
         model_config = self.vllm_config.model_config
         check_prompts(
-            _prompt_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
+            prompt_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
         )
         results = original(self, token_ids, *args, **kwargs)
         if problems := problems_in(results, list(self.layer_ids)):

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, stock_calls
 from ..registry import Patch
-from ._stock import GENERATOR
+from ._stock import GENERATOR, prompt_lists
 
 
 class ResultOrderError(RuntimeError):
@@ -35,10 +35,6 @@ def probe(module: ModuleType) -> Verdict:
     return Verdict(Need.NOT_NEEDED, "no sorted() in the stock driver")
 
 
-def _prompts(token_ids: Any) -> list[list[int]]:
-    return token_ids.tolist() if hasattr(token_ids, "tolist") else [list(t) for t in token_ids]
-
-
 def wrap(original: Any) -> Any:
     @functools.wraps(original)
     def generate(self: Any, token_ids: Any, *args: Any, **kwargs: Any) -> list[dict]:
@@ -50,7 +46,9 @@ def wrap(original: Any) -> Any:
         for position, index in enumerate(stock_order):
             ordered[index] = results[position]
         max_len = self.vllm_config.model_config.max_model_len - 1
-        for index, (prompt, result) in enumerate(zip(_prompts(token_ids), ordered, strict=True)):
+        for index, (prompt, result) in enumerate(
+            zip(prompt_lists(token_ids), ordered, strict=True)
+        ):
             if result["input_ids"].tolist() != [int(t) for t in prompt[:max_len]]:
                 raise ResultOrderError(f"result for prompt {index} holds another prompt's ids")
         return ordered

@@ -129,14 +129,9 @@ class Taps:
         self.num_tokens = 0
         start, end = decoder.start_layer, decoder.end_layer
         self.layer_ids = sorted(k for k in layer_ids if start <= k < end)
-        self.handles = []
-        for k in self.layer_ids:
+        for k in self.layer_ids:  # registered for the decoder's lifetime, like the stock forward
             entered = decoder.layers[k + 1] if k + 1 < end else decoder.norm
-            self.handles.append(
-                entered.register_forward_pre_hook(
-                    functools.partial(self._record, k), with_kwargs=True
-                )
-            )
+            entered.register_forward_pre_hook(functools.partial(self._record, k), with_kwargs=True)
 
     def _record(self, layer_id: int, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         if self.sink is None:
