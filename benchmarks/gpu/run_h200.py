@@ -64,20 +64,23 @@ def peak_gpu(worker=None) -> int:  # runs in the worker through collective_rpc
     return int(torch.cuda.max_memory_allocated())
 
 
-def arena_pinned(worker=None):  # runs in the worker through collective_rpc
-    arena = getattr(worker, "_spec_compat_arena", None)
-    return None if arena is None else arena.pinned
+def transport_layout(worker=None):  # runs in the worker through collective_rpc
+    return getattr(worker, "_spec_compat_layout", None)
 
 
 def measure(role: str, model: str, rounds: int, out: str | None) -> None:
     data = prompts()
     tokens = sum(map(len, data))
     times = []
-    if role == "A":
+    if role.startswith("A"):
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
-        llm = LLM(model=model, max_model_len=2048, enable_prefix_caching=False)
+        # A: vLLM's defaults; A-stock-settings: the engine settings the stock extractor
+        # uses (eager, 32 sequences, 8,192-token steps), to separate engine from shim
+        settings = {"enforce_eager": True, "max_num_seqs": 32, "max_num_batched_tokens": 8192}
+        extra = settings if role == "A-stock-settings" else {}
+        llm = LLM(model=model, max_model_len=2048, enable_prefix_caching=False, **extra)
         inputs = [TokensPrompt(prompt_token_ids=p) for p in data]
         params = SamplingParams(max_tokens=1, temperature=0.0)
         llm.generate(inputs[:8], params, use_tqdm=False)
@@ -97,35 +100,47 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
 
         generator = VllmHiddenStatesGenerator(model, layer_ids=LAYERS, max_model_len=2048)
         rpc_seconds = []
-        stock_rpc = generator.executor.collective_rpc
+        phases: dict[str, float] = {}
 
-        def timed_rpc(method, *args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return stock_rpc(method, *args, **kwargs)
-            finally:
-                if method == "_get_captured_states":
-                    rpc_seconds.append(time.perf_counter() - started)
+        def timed(name, function):
+            def run(*args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    key = args[0] if name == "rpc" and isinstance(args[0], str) else name
+                    phases[key] = phases.get(key, 0.0) + time.perf_counter() - started
+                    if key == "_get_captured_states":
+                        rpc_seconds.append(time.perf_counter() - started)
 
-        generator.executor.collective_rpc = timed_rpc
+            return run
+
+        executor = generator.executor
+        executor.collective_rpc = timed("rpc", executor.collective_rpc)
+        executor.execute_model = timed("execute_model", executor.execute_model)
+        executor.sample_tokens = timed("sample_tokens", executor.sample_tokens)
+        generator.scheduler.schedule = timed("schedule", generator.scheduler.schedule)
         generator.generate(data[:8])
         for n in range(rounds):
+            phases.clear()
             started = time.perf_counter()
             results = generator.generate(data)
             times.append(time.perf_counter() - started)
+            rest = times[-1] - sum(phases.values())
+            print(json.dumps({"phases": phases | {"driver_rest": rest}}), flush=True)
             if out and n == 0:
                 import torch
 
                 torch.save([r["hidden_states"] for r in results[:64]], out)
             del results
         gpu_peak = max(generator.executor.collective_rpc(peak_gpu))
-        pinned = generator.executor.collective_rpc(arena_pinned)
+        layout = generator.executor.collective_rpc(transport_layout)
         print(
             json.dumps(
                 {
                     "rpc_get_seconds_total": sum(rpc_seconds),
                     "rpc_calls": len(rpc_seconds),
-                    "arena_pinned": pinned,
+                    "transport_layout": layout,
                     "driver_threads": torch.get_num_threads(),
                 }
             ),
@@ -164,16 +179,19 @@ def main() -> None:
     summary: dict = {"runs": []}
     plan = [
         ("A", 3, None),
+        ("A-stock-settings", 2, None),
         ("B-shm", 3, "/tmp/shm.pt"),
-        ("B-stock", 2, "/tmp/stock.pt"),
+        ("B-stock", 1, "/tmp/stock.pt"),
         ("B-shm-nochecks", 2, None),
+        ("B-shm-t16", 2, None),  # B-shm with 16 host copy threads instead of 8
     ]
     roles = os.environ.get("ROLES")
     plan = [p for p in plan if not roles or p[0] in roles.split(",")]
     for role, rounds, dump in plan:
         cmd = [sys.executable, __file__, "--role", role, str(model), str(rounds)]
         cmd += [dump] if dump else []
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        env = os.environ | ({"SPEC_COMPAT_COPY_THREADS": "16"} if role == "B-shm-t16" else {})
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
         (out_dir / f"{role}.stderr.txt").write_text(proc.stderr[-4_000_000:])
         (out_dir / f"{role}.stdout.txt").write_text(proc.stdout[-4_000_000:])  # vLLM logs here
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -186,7 +204,11 @@ def main() -> None:
             print(line, flush=True)
         record = json.loads(lines[-1])
         for line in lines[:-1]:
-            record |= json.loads(line)
+            item = json.loads(line)
+            if "phases" in item:
+                record.setdefault("phases", []).append(item["phases"])
+            else:
+                record |= item
         summary["runs"].append(record)
     by_role = {r["role"]: r for r in summary["runs"] if "tokens_per_s" in r}
     medians = {k: statistics.median(v["tokens_per_s"]) for k, v in by_role.items()}

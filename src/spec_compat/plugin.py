@@ -35,6 +35,6 @@ def worker_report(worker: object = None) -> dict[str, object]:
         "spawned": multiprocessing.parent_process() is not None
         and "__mp_main__" in __import__("sys").modules,
         "patches": {r.name: r.state.value for r in status() if r.side != "driver"},
-        # the shared-memory transport's arena, when this worker has one
-        "arena": getattr(getattr(worker, "_spec_compat_arena", None), "name", None),
+        # the shared-memory transport's layout ("per request", "per layer"), once used
+        "transport": getattr(worker, "_spec_compat_layout", None),
     }

@@ -1,36 +1,44 @@
 """Captured hidden states from worker to driver through shared memory, not pickles.
 
 The stock extractors return every captured tensor through `collective_rpc`, which pickles
-them (measured on an H200: 5.36 GB at ~0.42 GB/s, 87 % of the extractor's time).  Here:
+them (measured on an H200: 5.36 GB at ~0.42 GB/s, 87 % of the extractor's time).  Here the
+RPC reply carries `ArenaTensor` descriptors (segment name, offset, shape, strides) instead,
+and the bytes travel through POSIX shared memory, in one of two layouts:
 
-- the worker copies each step's captured rows, as soon as they exist, into a host arena in
-  POSIX shared memory (pinned with `cudaHostRegister` on GPUs, so the device-to-host copy
-  is asynchronous), laid out so that each layer's rows are contiguous across steps;
-- the stock code keeps working on views of that arena; `torch.cat` of adjacent views is the
-  view spanning them (no copy), so the stock per-layer concatenation and per-request slicing
-  produce views too;
-- the RPC reply carries `ArenaTensor` descriptors (segment name, offset, shape, strides);
-  the driver maps them onto the same segment and hands the stock code views, which it
-  clones as it always did.
+- **per request** (speculators 0.4.x, whose worker groups rows by request): each call gets
+  fresh segments (`CallStore`) in which every request owns a block, one run of rows per
+  layer.  Each step's rows are copied into their requests' blocks as soon as they exist (on
+  GPUs from a side thread and CUDA stream, overlapping the next forward step).  The driver
+  takes the blocks over as its results (`HandedOver`): no copy on the driver, and every
+  result owns exactly its bytes;
+- **per layer** (0.3.0, whose driver slices one concatenated tensor per layer): one arena
+  per worker (`Arena`), reused across calls, pinned on GPUs; the stock code works on views
+  (`torch.cat` of adjacent views is the view spanning them) and clones them as it always did.
 
 Values are bitwise those of the stock path: only bytes are copied.  GPU memory no longer
-accumulates across a call.  The arena is created once per worker, reused, grown (with
-relocation) when a call needs more, and unlinked on shutdown, at exit, and by Python's
-resource tracker if a process dies.
+accumulates across a call.  Segments are unlinked by the worker (per-call ones when the next
+call starts), on shutdown, at exit, and by Python's resource tracker if a process dies.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import mmap
 import os
+import queue
+import secrets
+import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 PREFIX = "spec_compat_"
 SHM_DIR = "/dev/shm"
+#: key of a per-request reply that carries how many rows failed the worker's value test
+WORKER_CHECKED = "spec_compat:bad_rows"
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,8 @@ class ArenaTensor:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: str
+    #: a per-call segment whose views the driver takes over as results (`CallStore`)
+    handed_over: bool = False
 
 
 def _dtype(name: str) -> Any:
@@ -67,12 +77,7 @@ class Arena:
         self.layers, self.width, self.dtype, self.capacity = layers, width, dtype, capacity
         itemsize = torch.empty((), dtype=dtype).element_size()
         nbytes = max(1, layers * capacity * width * itemsize)
-        import secrets
-        from multiprocessing import shared_memory
-
-        self.shm = shared_memory.SharedMemory(
-            name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}", create=True, size=nbytes
-        )
+        self.shm = _new_segment(nbytes)
         # A normal tensor even when created inside the forward pass (inference mode): it is
         # written outside inference mode too (growth, per-request concatenation).
         with torch.inference_mode(False):
@@ -116,6 +121,13 @@ class Arena:
 
     def close(self) -> None:
         self._finalizer()
+
+
+def _new_segment(nbytes: int) -> Any:
+    from multiprocessing import shared_memory
+
+    name = f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+    return shared_memory.SharedMemory(name=name, create=True, size=nbytes)
 
 
 def _close(shm: Any, flat: Any, pinned: bool) -> None:
@@ -174,6 +186,284 @@ def to_descriptors(payload: Any, arena: Arena | None) -> Any:
     return payload
 
 
+class RowMatcher:
+    """speculators 0.4.x's rule for which captured rows belong to which request, applied step
+    by step: the rows of all steps, concatenated, go to the metadata entries of all steps, in
+    order, `count` rows each (the stock worker slices the concatenation with one cursor).
+    Rows not yet claimed and claims not yet met wait for the next step."""
+
+    def __init__(self) -> None:
+        self.claims: deque[list[Any]] = deque()  # [request id, rows still owed]
+        self.chunks: deque[list[Any]] = deque()  # per-layer tensors of a step, not yet claimed
+        self.offset = 0  # rows of chunks[0] already handed out
+
+    def feed(
+        self, layers: list[Any] | None, steps: list[list[tuple[str, int]]]
+    ) -> tuple[list[tuple[str, Any, int, int]], list[tuple[list[Any], int, int]]]:
+        """Add one step's rows (per-layer tensors) and metadata.  Returns the pieces handed
+        out, [(request id, per-layer tensors, first row, row count)] (no tensors and 0 rows
+        for a zero-row claim, to which the stock slicing gives an empty chunk), and the row
+        ranges they cover, merged [(per-layer tensors, start, end)]."""
+        self.claims.extend([req_id, count] for step in steps for req_id, count in step)
+        if layers is not None and layers[0].shape[0] > 0:
+            self.chunks.append(layers)
+        pieces: list[tuple[str, Any, int, int]] = []
+        spans: list[tuple[list[Any], int, int]] = []
+        while self.claims and (self.chunks or self.claims[0][1] == 0):
+            req_id, owed = self.claims[0]
+            if owed == 0:
+                pieces.append((req_id, None, 0, 0))
+                self.claims.popleft()
+                continue
+            chunk = self.chunks[0]
+            take = min(owed, chunk[0].shape[0] - self.offset)
+            pieces.append((req_id, chunk, self.offset, take))
+            if spans and spans[-1][0] is chunk and spans[-1][2] == self.offset:
+                spans[-1] = (chunk, spans[-1][1], self.offset + take)
+            else:
+                spans.append((chunk, self.offset, self.offset + take))
+            self.offset += take
+            self.claims[0][1] = owed - take
+            if self.claims[0][1] == 0:
+                self.claims.popleft()
+            if self.offset == chunk[0].shape[0]:
+                self.chunks.popleft()
+                self.offset = 0
+        return pieces, spans
+
+    def unmet(self) -> list[str]:
+        """Requests still owed rows at the end of a call (the stock slices come up short)."""
+        return [req_id for req_id, _ in self.claims]
+
+
+class CallStore:
+    """One call's captured rows, request by request, in fresh shared memory.
+
+    Request `n` owns block `n`: `layers` runs of `block_rows` rows, its result per layer being
+    the filled prefix of its run.  Segments hold `per_segment` blocks and are sparse (only
+    written rows take memory); each row range is `posix_fallocate`d before it is written, so
+    a full /dev/shm raises `MemoryError` here instead of a SIGBUS in the copy."""
+
+    def __init__(self, layers: int, width: int, dtype: Any, block_rows: int, per_segment: int):
+        import torch
+
+        self.layers, self.width, self.dtype = layers, width, dtype
+        self.block_rows, self.per_segment = block_rows, per_segment
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+        self.block_elems = layers * block_rows * width
+        self.segments: list[tuple[Any, Any, int]] = []  # (shm, flat tensor, fd)
+        self.blocks: dict[str, list[int]] = {}  # request id -> [block number, rows filled]
+        self._finalizer = weakref.finalize(self, _close_all, self.segments)
+
+    def rows_for(self, req_id: str, count: int) -> list[Any]:
+        """Per layer, the next `count` rows of `req_id`'s block (allocated on first sight)."""
+        if req_id not in self.blocks:
+            self.blocks[req_id] = [len(self.blocks), 0]
+        number, filled = self.blocks[req_id]
+        if filled + count > self.block_rows:
+            raise RuntimeError(
+                f"spec_compat: request {req_id} has more than {self.block_rows} captured rows"
+            )
+        segment, slot = divmod(number, self.per_segment)
+        while segment >= len(self.segments):
+            self._add_segment()
+        flat = self.segments[segment][1]
+        views = []
+        for layer in range(self.layers):
+            start = ((slot * self.layers + layer) * self.block_rows + filled) * self.width
+            views.append(flat[start : start + count * self.width].view(count, self.width))
+        self.blocks[req_id][1] = filled + count
+        return views
+
+    def fill(self, dst: Any, src: Any) -> None:
+        """Copy `src` into `dst` (a `rows_for` view), reserving its pages first."""
+        if dst.numel():
+            address = dst.data_ptr()
+            for _, flat, fd in self.segments:
+                base = flat.data_ptr()
+                if base <= address < base + flat.numel() * self.itemsize:
+                    _reserve(fd, address - base, dst.numel() * self.itemsize)
+                    break
+        dst.copy_(src)
+
+    def _add_segment(self) -> None:
+        import torch
+
+        shm = _new_segment(self.per_segment * self.block_elems * self.itemsize)
+        fd = os.open(os.path.join(SHM_DIR, shm.name), os.O_RDWR)
+        with torch.inference_mode(False):  # written from a copy thread, outside inference mode
+            flat = torch.frombuffer(shm.buf, dtype=self.dtype)
+        self.segments.append((shm, flat, fd))
+
+    def describe(self) -> dict[str, list[ArenaTensor]]:
+        reply = {}
+        for req_id, (number, filled) in self.blocks.items():
+            segment, slot = divmod(number, self.per_segment)
+            name = self.segments[segment][0].name if self.segments else ""
+            reply[req_id] = [
+                ArenaTensor(
+                    name,
+                    (slot * self.layers + layer) * self.block_rows * self.width,
+                    (filled, self.width),
+                    (self.width, 1),
+                    str(self.dtype),
+                    handed_over=True,
+                )
+                for layer in range(self.layers)
+            ]
+        return reply
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _reserve(fd: int, offset: int, nbytes: int) -> None:
+    try:
+        os.posix_fallocate(fd, offset, nbytes)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise MemoryError(
+            f"spec_compat: /dev/shm is full ({exc}); give it more room (docker --shm-size) "
+            "or exclude shm_transport_driver,shm_transport_worker"
+        ) from exc
+
+
+def _close_all(segments: list[tuple[Any, Any, int]]) -> None:
+    while segments:
+        shm, flat, fd = segments.pop()
+        os.close(fd)
+        _close(shm, flat, pinned=False)
+
+
+class Copier:
+    """Copies each step's rows into their requests' blocks while the next step computes.
+
+    On a GPU: the step's rows go, per layer, into a pinned staging slot with one asynchronous
+    copy on a side stream (after an event where they were captured); then `threads` host
+    threads copy the pieces from the slot into the blocks (new pages are the cost there,
+    so it is spread over threads).  A slot is reused once its pieces are out; with all
+    `depth` slots busy the next step waits, which bounds memory.  On the CPU the copies
+    run at once (there is nothing to overlap with)."""
+
+    def __init__(self, threads: int = 4, depth: int = 3) -> None:
+        self.threads, self.depth = threads, depth
+        self.pool: Any = None
+        self.stream: Any = None
+        self.free: queue.Queue[Any] = queue.Queue()
+        self.slots = 0
+        self.futures: list[Any] = []
+
+    def submit(self, store: CallStore, sources: list[Any], pieces: list[Any]) -> None:
+        """`sources`: one step's rows per layer; `pieces`: [(per-layer views from
+        `store.rows_for`, first row, row count)]."""
+        if not pieces:
+            return
+        if not sources[0].is_cuda:
+            for views, first, rows in pieces:
+                for view, source in zip(views, sources, strict=True):
+                    store.fill(view, source[first : first + rows])
+            return
+        import torch
+
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="spec_compat-copy")
+            self.stream = torch.cuda.Stream(device=sources[0].device)
+        slot = self._slot(sources)
+        staged = [buffer[: s.shape[0]] for buffer, s in zip(slot["buffers"], sources, strict=True)]
+        captured = torch.cuda.Event()
+        captured.record()
+        with torch.cuda.stream(self.stream):
+            self.stream.wait_event(captured)
+            for buffer, source in zip(staged, sources, strict=True):
+                buffer.copy_(source, non_blocking=True)
+                source.record_stream(self.stream)  # not reused before the copy is done
+            slot["staged"].record(self.stream)
+        groups = [pieces[i :: self.threads] for i in range(min(self.threads, len(pieces)))]
+        slot["left"] = len(groups)
+        lock = threading.Lock()
+        for group in groups:
+            self.futures.append(self.pool.submit(self._fill, store, slot, staged, group, lock))
+
+    def _slot(self, sources: list[Any]) -> dict:
+        import torch
+
+        rows = sources[0].shape[0]
+        if self.free.empty() and self.slots < self.depth:
+            self.slots += 1
+            self.free.put({"buffers": [], "staged": torch.cuda.Event()})
+        slot = self.free.get()  # blocks while every slot's pieces are still being copied
+        if not slot["buffers"] or slot["buffers"][0].shape[0] < rows:
+            slot["buffers"] = [
+                torch.empty((rows, *s.shape[1:]), dtype=s.dtype, pin_memory=True) for s in sources
+            ]
+        return slot
+
+    def _fill(self, store: CallStore, slot: dict, staged: list[Any], group: list, lock) -> None:
+        import torch
+
+        try:
+            slot["staged"].synchronize()
+            with torch.inference_mode():
+                for views, first, rows in group:
+                    for view, source in zip(views, staged, strict=True):
+                        store.fill(view, source[first : first + rows])
+        finally:
+            with lock:
+                slot["left"] -= 1
+                if slot["left"] == 0:
+                    self.free.put(slot)
+
+    def drain(self) -> None:
+        """Wait for every submitted copy; raise the first copy error, if any."""
+        futures, self.futures = self.futures, []
+        errors = [f.exception() for f in futures]
+        if error := next((e for e in errors if e is not None), None):
+            raise RuntimeError("spec_compat: copying captured states to the host failed") from error
+
+
+def bad_rows(tensor: Any) -> Any:
+    """How many rows hold a NaN/Inf or are all zeros (a 0-d tensor on the tensor's device; no
+    synchronisation).  The same per-row test as `generate_checks`."""
+    import torch
+
+    high, low = tensor.amax(dim=-1), tensor.amin(dim=-1)
+    broken = ~(torch.isfinite(high) & torch.isfinite(low)) | ((high == 0) & (low == 0))
+    return broken.sum()
+
+
+_handed_over_class: Any = None
+
+
+def handed_over_class() -> Any:
+    """A tensor type whose first `clone()` is the tensor itself, as a plain tensor.
+
+    The transport makes one for each (request, layer) of a reply, over memory nobody else
+    uses; the stock driver's `h.clone().cpu()` then costs nothing instead of copying every
+    captured state once more.  Any other operation, and any later clone, is torch's own and
+    returns plain tensors."""
+    global _handed_over_class
+    if _handed_over_class is None:
+        import torch
+
+        class HandedOver(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                with torch._C.DisableTorchFunctionSubclass():
+                    if func is torch.Tensor.clone and len(args) == 1 and not kwargs:
+                        this = args[0]
+                        if not getattr(this, "_spec_compat_taken", False):
+                            this._spec_compat_taken = True
+                            return this.as_subclass(torch.Tensor)
+                    return func(*args, **kwargs)
+
+        _handed_over_class = HandedOver
+    return _handed_over_class
+
+
 class Attachments:
     """Driver side: segments by name, mapped once, and views onto them.
 
@@ -183,6 +473,7 @@ class Attachments:
 
     def __init__(self) -> None:
         self.segments: dict[str, tuple[mmap.mmap, Any]] = {}
+        self.call_segments: dict[str, mmap.mmap] = {}
         atexit.register(self.close)
 
     def flat(self, name: str, dtype: Any) -> Any:
@@ -198,9 +489,39 @@ class Attachments:
 
     def view(self, desc: ArenaTensor) -> Any:
         dtype = _dtype(desc.dtype)
+        if desc.handed_over:
+            return self.take(desc, dtype)
         raw = self.flat(desc.segment, dtype)
         typed = raw.view(dtype)
         return typed.as_strided(desc.shape, desc.stride, desc.offset)
+
+    def take(self, desc: ArenaTensor, dtype: Any) -> Any:
+        """A result that owns exactly its bytes of a per-call segment (no copy).  Only the
+        tensors keep the mapping alive; the worker unlinks the segment."""
+        import torch
+
+        mapping = self.call_segments.get(desc.segment)
+        if mapping is None:
+            with open(os.path.join(SHM_DIR, desc.segment), "r+b") as fh:
+                mapping = self.call_segments[desc.segment] = mmap.mmap(fh.fileno(), 0)
+        rows, width = desc.shape
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if rows == 0:
+            flat = torch.empty(0, dtype=dtype)
+        else:
+            with torch.inference_mode(False):
+                flat = torch.frombuffer(
+                    mapping, dtype=dtype, count=rows * width, offset=desc.offset * itemsize
+                )
+        return flat.view(rows, width).as_subclass(handed_over_class())
+
+    def from_reply(self, payload: Any) -> Any:
+        """`from_descriptors` for one RPC reply; per-call mappings are then left to the
+        tensors made from them."""
+        try:
+            return self.from_descriptors(payload)
+        finally:
+            self.call_segments.clear()
 
     def from_descriptors(self, payload: Any) -> Any:
         if isinstance(payload, ArenaTensor):

@@ -35,14 +35,19 @@ def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
     fast = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls)
     stock = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, exclude=TRANSPORT)
     (worker,) = fast.data["worker"]
-    assert worker["arena"], "the transport was not used"
-    assert stock.data["worker"] == [None] or not stock.data["worker"][0]["arena"]
+    assert worker["transport"] == ("per layer" if line.startswith("0.3") else "per request")
+    assert stock.data["worker"] == [None] or not stock.data["worker"][0]["transport"]
+    if not line.startswith("0.3"):  # the workers tested the values (generate_checks then skips)
+        assert fast.data["worker_checks"] and set(fast.data["worker_checks"]) == {0}
     for got, want in zip(fast.results, stock.results, strict=True):
         for a, b in zip(got, want, strict=True):
             assert torch.equal(a["input_ids"], b["input_ids"])
             for x, y in zip(a["hidden_states"], b["hidden_states"], strict=True):
                 assert x.dtype == y.dtype and x.shape == y.shape and x.is_contiguous()
                 assert torch.equal(x, y)
+                # each result owns exactly its bytes (as the stock clones do): saving one
+                # must not save a whole shared segment
+                assert x.untyped_storage().nbytes() == x.numel() * x.element_size()
     assert segments() <= before
 
 
@@ -83,7 +88,7 @@ def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompt
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
         assert marker.exists(), "the extractor never reached its first result"
-        assert segments() - before, "no arena while the extractor is alive"
+        assert segments() - before, "no segment while the extractor is alive"
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
     finally:

@@ -12,7 +12,10 @@ How: ``generate`` is wrapped.  Before: no prompts, an empty prompt or an out-of-
     its length.  After: every result must have one row per returned token, finite values,
     and no all-zero row, per layer; otherwise ``CorruptHiddenStates`` names the prompt and
     layer and carries the results (``.results``) so nothing is lost.  Two reductions per
-    layer, no copy of the states.
+    layer, no copy of the states; where the shared-memory transport's workers already ran
+    the same test on the device as the rows were captured, and found nothing, the driver
+    skips the value pass (a failing count sends it through the full pass, which names the
+    prompt and layer).
 Upstream change: none; the stock extractor never validated.
 Remove when: speculators validates prompts and captured states itself.
 """
@@ -63,7 +66,9 @@ def check_prompts(prompts: list[list[int]], vocab_size: int, max_len: int) -> No
             )
 
 
-def problems_in(results: list[dict], layer_ids: list[int]) -> list[str]:
+def problems_in(results: list[dict], layer_ids: list[int], values: bool = True) -> list[str]:
+    """Row counts and layer counts always; values (NaN/Inf, all-zero rows) unless the
+    workers already tested every returned row (`values=False`)."""
     import torch
 
     found = []
@@ -73,6 +78,8 @@ def problems_in(results: list[dict], layer_ids: list[int]) -> list[str]:
             where = f"prompt {i}, layer {layer}"
             if states.shape[0] != n_tokens:
                 found.append(f"{where}: {states.shape[0]} rows for {n_tokens} tokens")
+                continue
+            if not values:
                 continue
             # per-row max and min: NaN/Inf propagate, all-zero rows have both 0; no temporary
             # the size of the states (abs() would double host memory for a moment)
@@ -89,6 +96,13 @@ def problems_in(results: list[dict], layer_ids: list[int]) -> list[str]:
     return found
 
 
+def workers_tested_clean(executor: Any) -> bool:
+    """Whether the shared-memory transport's workers tested every row of this call's replies
+    (on the device, as they were captured) and found none failing."""
+    checks = getattr(executor, "spec_compat_worker_checks", None)
+    return bool(checks) and all(n == 0 for n in checks)
+
+
 def probe(module: ModuleType) -> Verdict:
     generate = module.VllmHiddenStatesGenerator.generate
     return Verdict(Need.NEEDED, signature_text(generate), "the stock generate checks nothing")
@@ -101,8 +115,11 @@ def wrap(original: Any) -> Any:
         check_prompts(
             prompt_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
         )
+        if hasattr(self.executor, "spec_compat_worker_checks"):
+            self.executor.spec_compat_worker_checks = []
         results = original(self, token_ids, *args, **kwargs)
-        if problems := problems_in(results, list(self.layer_ids)):
+        values = not workers_tested_clean(self.executor)
+        if problems := problems_in(results, list(self.layer_ids), values=values):
             raise CorruptHiddenStates(problems, results)
         return results
 

@@ -4,11 +4,16 @@ Target: ``vllm_hidden_states_generator.MultiprocExecutor`` (speculators 0.3.0 an
 Why: see ``shm_transport_worker``: pickling the captured states through ``collective_rpc``
     dominates the stock extractor's time.
 How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_rpc`` turns
-    the ``ArenaTensor`` descriptors of a ``_get_captured_states`` reply into views of the
-    worker's shared-memory arena (attached once, reused); the stock driver then clones them
-    as it always did, so results own their memory and are bitwise the stock values.  A
-    reply without descriptors (the worker fell back) passes through untouched.  Attachments
-    close on ``shutdown()`` and at exit.
+    the ``ArenaTensor`` descriptors of a ``_get_captured_states`` reply into tensors:
+    - per-request replies (0.4.x): each (request, layer) becomes a tensor over exactly its
+      bytes of the call's segment, whose first ``clone()`` is itself (``HandedOver``), so
+      the stock ``h.clone().cpu()`` costs nothing and results own their memory.  The
+      worker's value-test count is taken out of the reply and kept for ``generate_checks``
+      (``spec_compat_worker_checks``);
+    - per-layer replies (0.3.0): views of the worker's arena (attached once, reused), which
+      the stock driver clones as it always did.
+    Values are bitwise the stock ones.  A reply without descriptors (the worker fell back)
+    passes through untouched.  Attachments close on ``shutdown()`` and at exit.
 Upstream change: none.
 Remove when: see ``shm_transport_worker``.
 """
@@ -20,7 +25,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..registry import Patch
-from ..transport import Attachments, shm_free_bytes
+from ..transport import WORKER_CHECKED, Attachments, shm_free_bytes
 from ._stock import GENERATOR, named_adapter
 
 
@@ -33,6 +38,9 @@ def probe(module: ModuleType) -> Verdict:
 def wrap(original: type) -> type:
     class MultiprocExecutor(original):  # type: ignore[misc, valid-type]
         _spec_compat_attachments: Attachments | None = None
+        #: per reply of this generate() call: rows the worker found NaN/Inf/all-zero, or
+        #: None where it did not test (generate_checks empties it before each call)
+        spec_compat_worker_checks: list[int | None]
 
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
             reply = super().collective_rpc(method, *args, **kwargs)
@@ -40,7 +48,13 @@ def wrap(original: type) -> type:
                 return reply
             if self._spec_compat_attachments is None:
                 self._spec_compat_attachments = Attachments()
-            return self._spec_compat_attachments.from_descriptors(reply)
+            if not hasattr(self, "spec_compat_worker_checks"):
+                self.spec_compat_worker_checks = []
+            replies = reply if isinstance(reply, list) else [reply]
+            for one in replies:
+                if isinstance(one, dict):
+                    self.spec_compat_worker_checks.append(one.pop(WORKER_CHECKED, None))
+            return self._spec_compat_attachments.from_reply(reply)
 
         def shutdown(self) -> Any:
             try:

@@ -8,11 +8,18 @@ Why: the stock ``_get_captured_states`` returns every captured tensor through
     captured tensors in GPU memory until the end of the call.
 How: the name ``HiddenStatesWorkerExtension`` in the stock worker module (which vLLM mixes
     into its worker by qualified name) becomes a subclass that copies each step's captured
-    rows into a shared-memory arena as they are stored (pinned and asynchronous on GPUs),
-    and whose ``_get_captured_states`` builds the stock result - per-layer tensors (0.3.0)
-    or per-request tensors (0.4.x), by the stock rules - as views of that arena and returns
-    descriptors (``spec_compat.transport.ArenaTensor``) instead of bytes.  It falls back to
-    the stock path when the driver half is not selected or ``/dev/shm`` is too small.
+    rows to host shared memory as they are stored, and whose ``_get_captured_states``
+    returns descriptors (``spec_compat.transport.ArenaTensor``) instead of bytes:
+    - 0.4.x: the stock bookkeeping runs, then the step's rows go straight to their
+      requests' blocks in this call's fresh segments (``CallStore``; the stock row-to-
+      request rule replayed step by step by ``RowMatcher``), from a side thread and CUDA
+      stream on GPUs, while the next step computes.  The rows are also tested for NaN/Inf
+      and all-zero rows where they are (on the GPU), so ``generate_checks`` need not read
+      them again; the count travels in the reply.  The driver takes the blocks over.
+    - 0.3.0: rows go to a reused per-worker arena, pinned on GPUs; the stock per-layer
+      concatenation becomes a view of it, which the driver clones as it always did.
+    It falls back to the stock path when the driver half is not selected or ``/dev/shm`` is
+    too small for the arena; a /dev/shm that fills during a call raises ``MemoryError``.
 Upstream change: none; the stock RPC path is slow on every vLLM release.
 Remove when: the extractor streams captured states itself (speculators >= 0.5 uses vLLM's
     own ``extract_hidden_states``).
@@ -20,19 +27,31 @@ Remove when: the extractor streams captured states itself (speculators >= 0.5 us
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections import defaultdict
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
 from ..registry import ENV_PATCHES, Patch
-from ..transport import Arena, adjacent_view, shm_free_bytes, to_descriptors
+from ..transport import (
+    WORKER_CHECKED,
+    Arena,
+    CallStore,
+    Copier,
+    RowMatcher,
+    adjacent_view,
+    bad_rows,
+    shm_free_bytes,
+    to_descriptors,
+)
 from ._stock import WORKER
 
 log = logging.getLogger(__name__)
 DRIVER_HALF = "shm_transport_driver"
+#: host threads that move staged rows into the call's blocks (GPU platforms)
+COPY_THREADS = int(os.environ.get("SPEC_COMPAT_COPY_THREADS", min(8, (os.cpu_count() or 2) // 2)))
 METHODS = ("_reset_capture", "_store_captured_states", "_get_captured_states")
 
 
@@ -51,62 +70,48 @@ def _enabled() -> bool:
     return DRIVER_HALF in os.environ.get(ENV_PATCHES, "").split(",")
 
 
-def _cat(pieces: list[Any], arena: Arena | None = None, index: int = 0) -> Any:
-    """`torch.cat(pieces)`: the spanning view when the pieces are adjacent, else a copy
-    written after layer `index`'s rows in the arena (so it still travels as a descriptor)."""
+def _cat(pieces: list[Any]) -> Any:
+    """`torch.cat(pieces)`: the spanning view when the pieces are adjacent (arena rows)."""
     import torch
 
     if len(pieces) == 1:
         return pieces[0]
     view = adjacent_view(pieces, 0)
-    if view is not None:
-        return view
-    rows = sum(p.shape[0] for p in pieces)
-    if arena is not None and arena.fits(rows) and pieces[0].dim() == 2:
-        start = arena.rows[index]
-        out = arena.layer(index)[start : start + rows]
-        with torch.inference_mode(out.is_inference()):  # arenas made by older code
-            torch.cat(pieces, dim=0, out=out)
-        arena.rows[index] = start + rows
-        return out
-    return torch.cat(pieces, dim=0)
-
-
-def per_request(
-    layers: list[Any], request_metadata: list[list[tuple[str, int]]], arena: Arena | None = None
-) -> dict:
-    """speculators 0.4.x's grouping of the concatenated rows by request, with views (a request
-    prefilled over several steps is concatenated into the arena)."""
-    chunks: defaultdict[str, list[list[Any]]] = defaultdict(lambda: [[] for _ in layers])
-    row = 0
-    for step in request_metadata:
-        for req_id, count in step:
-            for index, layer in enumerate(layers):
-                chunks[req_id][index].append(layer[row : row + count])
-            row += count
-    return {
-        req_id: [_cat(c, arena, i) for i, c in enumerate(per_layer)]
-        for req_id, per_layer in chunks.items()
-    }
+    return torch.cat(pieces, dim=0) if view is None else view
 
 
 def wrap(original: type) -> type:
+    by_request = hasattr(original, "_set_request_metadata")  # speculators 0.4.x
+
     class HiddenStatesWorkerExtension(original):  # type: ignore[misc, valid-type]
-        _spec_compat_arena: Arena | None = None
+        _spec_compat_arena: Arena | None = None  # per layer (0.3.0), reused across calls
+        _spec_compat_call: tuple[CallStore, RowMatcher] | None = None  # per request (0.4.x)
+        _spec_compat_done: CallStore | None = None  # the last call's, until the next starts
+        _spec_compat_copier: Copier | None = None
+        _spec_compat_bad: Any = 0  # rows failing generate_checks' value test, this call
+        _spec_compat_layout: str | None = None
 
         def _reset_capture(self) -> Any:
             result = super()._reset_capture()
             if self._spec_compat_arena is not None:
                 self._spec_compat_arena.rows = [0] * self._spec_compat_arena.layers
+            self._spec_compat_end_call()
             return result
 
         def _store_captured_states(self, aux_hidden_states: list[Any]) -> Any:
-            arena = self._spec_compat_arena_for(aux_hidden_states) if _enabled() else None
+            if not _enabled():
+                return super()._store_captured_states(aux_hidden_states)
+            if by_request:
+                return self._spec_compat_store_by_request(aux_hidden_states)
+            arena = self._spec_compat_arena_for(aux_hidden_states)
             if arena is not None:
+                self._spec_compat_layout = "per layer"
                 aux_hidden_states = [arena.append(i, h) for i, h in enumerate(aux_hidden_states)]
             return super()._store_captured_states(aux_hidden_states)
 
         def _get_captured_states(self) -> Any:
+            if by_request and self._spec_compat_call is not None and _enabled():
+                return self._spec_compat_reply_by_request()
             arena = self._spec_compat_arena
             captured = getattr(self, "_captured_states", None)
             if arena is None or captured is None or not _enabled():
@@ -119,13 +124,72 @@ def wrap(original: type) -> type:
                 torch.cuda.current_stream().synchronize()
             layers = [_cat(per_layer) for per_layer in captured]
             self._captured_states = None
-            if hasattr(type(self), "_set_request_metadata"):  # speculators 0.4.x
-                result: Any = per_request(layers, self._request_metadata, arena)
-                self._request_metadata = []
-            else:
-                result = layers
-            return to_descriptors(result, arena)
+            return to_descriptors(layers, arena)
 
+        # -- per request (0.4.x) --------------------------------------------------------
+        def _spec_compat_store_by_request(self, aux_hidden_states: list[Any]) -> Any:
+            if not hasattr(self, "_request_metadata"):  # a warm-up forward, before any call
+                return super()._store_captured_states(aux_hidden_states)
+            seen = len(self._request_metadata)
+            # the stock bookkeeping (metadata sorted into vLLM's batch order), then nothing
+            # of the step stays on the device
+            result = super()._store_captured_states(aux_hidden_states)
+            self._captured_states = None
+            if self._spec_compat_call is None:
+                store = self._spec_compat_new_store(aux_hidden_states)
+                self._spec_compat_call = (store, RowMatcher())
+                self._spec_compat_layout = "per request"
+            store, matcher = self._spec_compat_call
+            pieces, spans = matcher.feed(list(aux_hidden_states), self._request_metadata[seen:])
+            if self._spec_compat_copier is None:
+                self._spec_compat_copier = Copier(threads=COPY_THREADS)
+            by_source: dict[int, tuple[list[Any], list[Any]]] = {}
+            for req_id, source, first, rows in pieces:
+                views = store.rows_for(req_id, rows)
+                if rows:
+                    by_source.setdefault(id(source), (source, []))[1].append((views, first, rows))
+            for source, step_pieces in by_source.values():
+                self._spec_compat_copier.submit(store, source, step_pieces)
+            for layers, start, end in spans:
+                for tensor in layers:
+                    self._spec_compat_bad = self._spec_compat_bad + bad_rows(tensor[start:end])
+            return result
+
+        def _spec_compat_new_store(self, like: list[Any]) -> CallStore:
+            config = getattr(self, "vllm_config", None)
+            scheduler = getattr(config, "scheduler_config", None)
+            model = getattr(config, "model_config", None)
+            block_rows = getattr(model, "max_model_len", None) or like[0].shape[0]
+            per_segment = getattr(scheduler, "max_num_seqs", None) or 32
+            width, dtype = like[0].shape[1], like[0].dtype
+            return CallStore(len(like), width, dtype, block_rows, per_segment)
+
+        def _spec_compat_reply_by_request(self) -> dict:
+            store, matcher = self._spec_compat_call
+            for req_id in matcher.unmet():  # the stock slices come up short: so do these
+                store.rows_for(req_id, 0)
+            if self._spec_compat_copier is not None:
+                self._spec_compat_copier.drain()
+            reply: dict[str, Any] = dict(store.describe())
+            reply[WORKER_CHECKED] = int(self._spec_compat_bad)
+            self._request_metadata = []
+            self._spec_compat_call, self._spec_compat_done = None, store
+            self._spec_compat_bad = 0
+            return reply
+
+        def _spec_compat_end_call(self) -> None:
+            """Before a call: unlink the last call's segments (the driver has mapped them)
+            and drop what a failed call left."""
+            if self._spec_compat_copier is not None:
+                with contextlib.suppress(RuntimeError):
+                    self._spec_compat_copier.drain()
+            for store in (self._spec_compat_done, *(self._spec_compat_call or ())[:1]):
+                if store is not None:
+                    store.close()
+            self._spec_compat_call = self._spec_compat_done = None
+            self._spec_compat_bad = 0
+
+        # -- per layer (0.3.0) ----------------------------------------------------------
         def _spec_compat_arena_for(self, tensors: list[Any]) -> Arena | None:
             first = tensors[0]
             rows, width = first.shape[0], first.shape[1]

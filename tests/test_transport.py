@@ -1,0 +1,133 @@
+"""The shared-memory transport's parts, on real shared memory and CPU tensors (the E2E
+proof against the stock path is tests/e2e/test_transport.py)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spec_compat.transport import (  # noqa: E402
+    Attachments,
+    CallStore,
+    Copier,
+    RowMatcher,
+    bad_rows,
+    handed_over_class,
+)
+
+
+def stock_grouping(steps_rows, steps_meta):
+    """speculators 0.4.0.1's `_get_captured_states`, verbatim in effect: one cursor over all
+    steps' rows, concatenated."""
+    rows = torch.cat(steps_rows)
+    out, cursor = {}, 0
+    for step in steps_meta:
+        for req_id, count in step:
+            out.setdefault(req_id, []).append(rows[cursor : cursor + count])
+            cursor += count
+    return {req_id: torch.cat(chunks) for req_id, chunks in out.items()}
+
+
+def replay(steps_rows, steps_meta):
+    matcher, got = RowMatcher(), {}
+    for rows, meta in zip(steps_rows, steps_meta, strict=True):
+        pieces, _ = matcher.feed([rows], [meta])
+        for req_id, source, first, count in pieces:
+            got.setdefault(req_id, []).extend(t[first : first + count] for t in source or [])
+    for req_id in matcher.unmet():
+        got.setdefault(req_id, [])
+    return {k: torch.cat(v) if v else torch.empty(0, 2) for k, v in got.items()}
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        [[("a", 3), ("b", 2)], [("b", 1), ("c", 4)]],  # b split over two steps
+        [[("a", 2)], [("a", 3), ("b", 2)]],  # the stock cursor runs ahead of step 0's rows
+        [[("a", 6)], [("b", 3)]],  # and behind: a claims rows of step 1
+        [[("a", 5)], [("b", 5), ("c", 1)]],  # c is owed rows that never come
+    ],
+)
+def test_row_matcher_replays_the_stock_cursor(meta):
+    steps = [torch.arange(10.0).view(5, 2), torch.arange(10.0, 20.0).view(5, 2)]
+    want, got = stock_grouping(steps, meta), replay(steps, meta)
+    assert want.keys() == got.keys()
+    for req_id in want:
+        assert torch.equal(want[req_id], got[req_id]), req_id
+
+
+def segments():
+    return set(glob.glob("/dev/shm/spec_compat_*"))
+
+
+def test_call_store_results_are_exact_owned_and_cleaned_up():
+    before = segments()
+    store = CallStore(layers=2, width=3, dtype=torch.float32, block_rows=8, per_segment=2)
+    data = {r: [torch.randn(n, 3), torch.randn(n, 3)] for r, n in (("x", 5), ("y", 8), ("z", 0))}
+    for req_id, (first, second) in data.items():  # x arrives in two pieces
+        cut = first.shape[0] // 2
+        for lo, hi in ((0, cut), (cut, first.shape[0])):
+            for dst, src in zip(store.rows_for(req_id, hi - lo), (first, second), strict=True):
+                store.fill(dst, src[lo:hi])
+    reply = store.describe()
+    assert len(segments() - before) == 2  # three blocks, two per segment
+    attachments = Attachments()
+    results = attachments.from_reply(pickle.loads(pickle.dumps(reply)))
+    store.close()  # the worker unlinks; the driver's tensors keep their memory
+    assert segments() == before
+    for req_id, layers in data.items():
+        for got, want in zip(results[req_id], layers, strict=True):
+            taken = got.clone()
+            assert type(taken) is torch.Tensor and torch.equal(taken, want)
+            # a result owns exactly its bytes: saving it saves no neighbour
+            assert taken.untyped_storage().nbytes() == want.numel() * 4
+            assert taken.data_ptr() == got.data_ptr()  # the first clone copied nothing
+            again = got.clone()  # a second clone is a real one
+            assert torch.equal(again, want)
+            assert want.numel() == 0 or again.data_ptr() != got.data_ptr()
+
+
+def test_handed_over_tensors_behave_as_plain_tensors():
+    tensor = torch.arange(6.0).view(2, 3).as_subclass(handed_over_class())
+    assert type(tensor + 1) is torch.Tensor and type(tensor[0]) is torch.Tensor
+    assert type(tensor.to(torch.float64)) is torch.Tensor
+    assert torch.equal(tensor.clone(), torch.arange(6.0).view(2, 3))
+
+
+def test_a_full_shm_raises_memory_error_not_sigbus(monkeypatch):
+    store = CallStore(layers=1, width=4, dtype=torch.float32, block_rows=4, per_segment=1)
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    (view,) = store.rows_for("a", 2)
+    with pytest.raises(MemoryError, match="/dev/shm is full"):
+        store.fill(view, torch.ones(2, 4))
+    store.close()
+
+
+def test_bad_rows_counts_nan_inf_and_zero_rows():
+    states = torch.ones(5, 4)
+    states[1, 0] = float("nan")
+    states[2, 3] = float("-inf")
+    states[4] = 0
+    assert int(bad_rows(states)) == 3
+    assert int(bad_rows(torch.ones(3, 4))) == 0
+
+
+def test_cpu_copier_copies_at_once():
+    store = CallStore(layers=2, width=2, dtype=torch.float32, block_rows=4, per_segment=1)
+    sources = [torch.arange(8.0).view(4, 2), -torch.arange(8.0).view(4, 2)]
+    copier = Copier()
+    copier.submit(store, sources, [(store.rows_for("a", 3), 1, 3)])
+    copier.drain()
+    got = Attachments().from_reply(store.describe())["a"]
+    assert all(torch.equal(g, s[1:]) for g, s in zip(got, sources, strict=True))
+    assert copier.pool is None  # nothing ran on a thread
+    store.close()
