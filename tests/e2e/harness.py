@@ -92,6 +92,11 @@ def run_stock(
         data = (
             torch.load(out, weights_only=False) if proc.returncode == 0 and out.exists() else None
         )
+        if data is not None:  # calls saved one by one (extra={"drop_results": True})
+            data["results"] = [
+                torch.load(r["file"]) if isinstance(r, dict) and "file" in r else r
+                for r in data["results"]
+            ]
         return Run(proc.returncode, proc.stdout, data, calls)
 
 

@@ -76,9 +76,12 @@ def main() -> None:
             outputs.append({"error": f"{type(exc).__name__}: {exc}"})
             continue
         timings[f"generate_{n}"] = time.perf_counter() - started
-        outputs.append(
-            [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
-        )
+        kept = [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
+        if spec.get("drop_results"):  # as a data-generation loop does: save, then let go
+            torch.save(kept, f"{spec['out']}.call{n}")
+            kept = {"file": f"{spec['out']}.call{n}"}
+            del results
+        outputs.append(kept)
         if spec.get("pause_after_first"):  # for interrupt tests: say so, then wait
             Path(spec["pause_after_first"]).write_text(str(os.getpid()))
             time.sleep(120)

@@ -32,13 +32,19 @@ def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
     if line.startswith("0.3"):  # one call larger than the arena's first size: it must grow
         prompts += tiny_models.random_prompts(80, 300, 500, seed=22)
         calls.append(list(range(len(prompts))))
-    fast = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls)
+    calls.append(list(range(0, 48, 3)))
+    # results saved and dropped after each call, as a data-generation loop does: the next
+    # call reuses their shared memory (0.4.x), which must not change what comes back
+    fast = run_stock(
+        speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, extra={"drop_results": True}
+    )
     stock = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, exclude=TRANSPORT)
     (worker,) = fast.data["worker"]
     assert worker["transport"] == ("per layer" if line.startswith("0.3") else "per request")
     assert stock.data["worker"] == [None] or not stock.data["worker"][0]["transport"]
     if not line.startswith("0.3"):  # the workers tested the values (generate_checks then skips)
         assert fast.data["worker_checks"] and set(fast.data["worker_checks"]) == {0}
+        assert worker["segments_reused"] > 0
     for got, want in zip(fast.results, stock.results, strict=True):
         for a, b in zip(got, want, strict=True):
             assert torch.equal(a["input_ids"], b["input_ids"])
