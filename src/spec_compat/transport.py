@@ -253,15 +253,16 @@ class CallStore:
         block_rows: int,
         per_segment: int,
         pool: SegmentPool | None = None,
+        pin: bool = False,
     ):
         import torch
 
-        self.pool = pool
+        self.pool, self.pin = pool, pin
         self.layers, self.width, self.dtype = layers, width, dtype
         self.block_rows, self.per_segment = block_rows, per_segment
         self.itemsize = torch.empty((), dtype=dtype).element_size()
         self.block_elems = layers * block_rows * width
-        self.segments: list[tuple[Any, Any, int]] = []  # (shm, flat tensor, fd)
+        self.segments: list[tuple[Any, Any, int, bool]] = []  # (shm, flat, fd, pinned)
         self.blocks: dict[str, list[int]] = {}  # request id -> [block number, rows filled]
         self._finalizer = weakref.finalize(self, _close_all, self.segments)
 
@@ -289,7 +290,7 @@ class CallStore:
         """Copy `src` into `dst` (a `rows_for` view), reserving its pages first."""
         if dst.numel():
             address = dst.data_ptr()
-            for _, flat, fd in self.segments:
+            for _, flat, fd, _ in self.segments:
                 base = flat.data_ptr()
                 if base <= address < base + flat.numel() * self.itemsize:
                     _reserve(fd, address - base, dst.numel() * self.itemsize)
@@ -300,14 +301,24 @@ class CallStore:
         import torch
 
         nbytes = self.per_segment * self.block_elems * self.itemsize
-        segment = self.pool.take(nbytes, self.dtype) if self.pool is not None else None
+        segment = self.pool.take(nbytes, self.dtype, self.pin) if self.pool is not None else None
         if segment is None:
             shm = _new_segment(nbytes)
             fd = os.open(os.path.join(SHM_DIR, shm.name), os.O_RDWR)
             with torch.inference_mode(False):  # written from copy threads, outside it
                 flat = torch.frombuffer(shm.buf, dtype=self.dtype)
-            segment = (shm, flat, fd)
+            pinned = False
+            if self.pin:  # every page now (pinning needs them), then page-locked
+                _reserve(fd, 0, nbytes)
+                cudart = torch.cuda.cudart()
+                pinned = cudart.cudaHostRegister(flat.data_ptr(), nbytes, 0) == 0
+            segment = (shm, flat, fd, pinned)
         self.segments.append(segment)
+
+    @property
+    def pinned(self) -> bool:
+        """Every segment is page-locked: the GPU can copy into the blocks asynchronously."""
+        return self.pin and all(segment[3] for segment in self.segments)
 
     def describe(self) -> dict[str, list[ArenaTensor]]:
         reply = {}
@@ -347,14 +358,14 @@ class SegmentPool:
     still hold; `spare`: released ones, for the next calls.  All are unlinked at exit."""
 
     def __init__(self) -> None:
-        self.handed: dict[str, tuple[Any, Any, int]] = {}
-        self.spare: list[tuple[Any, Any, int]] = []
+        self.handed: dict[str, tuple[Any, Any, int, bool]] = {}
+        self.spare: list[tuple[Any, Any, int, bool]] = []
         self.reused = 0
         self._finalizer = weakref.finalize(self, _close_pool, self.handed, self.spare)
 
-    def take(self, nbytes: int, dtype: Any) -> tuple[Any, Any, int] | None:
+    def take(self, nbytes: int, dtype: Any, pin: bool) -> tuple[Any, Any, int, bool] | None:
         for index, segment in enumerate(self.spare):
-            if segment[0].size == nbytes and segment[1].dtype == dtype:
+            if segment[0].size == nbytes and segment[1].dtype == dtype and segment[3] == pin:
                 self.reused += 1
                 return self.spare.pop(index)
         return None
@@ -387,22 +398,22 @@ def _reserve(fd: int, offset: int, nbytes: int) -> None:
         ) from exc
 
 
-def _close_all(segments: list[tuple[Any, Any, int]]) -> None:
+def _close_all(segments: list[tuple[Any, Any, int, bool]]) -> None:
     while segments:
-        shm, flat, fd = segments.pop()
+        shm, flat, fd, pinned = segments.pop()
         os.close(fd)
-        _close(shm, flat, pinned=False)
+        _close(shm, flat, pinned)
 
 
 class Copier:
     """Copies each step's rows into their requests' blocks while the next step computes.
 
-    On a GPU: the step's rows go, per layer, into a pinned staging slot with one asynchronous
-    copy on a side stream (after an event where they were captured); then `threads` host
-    threads copy the pieces from the slot into the blocks (new pages are the cost there,
-    so it is spread over threads).  A slot is reused once its pieces are out; with all
-    `depth` slots busy the next step waits, which bounds memory.  On the CPU the copies
-    run at once (there is nothing to overlap with)."""
+    On a GPU, on a side stream after an event where the rows were captured: into page-locked
+    blocks (`CallStore.pinned`) directly and asynchronously; otherwise per layer into a
+    pinned staging slot, from which `threads` host threads copy the pieces into the blocks
+    (new pages are the cost there, so it is spread over threads).  A slot is reused once
+    its pieces are out; with all `depth` slots busy the next step waits, which bounds
+    memory.  On the CPU the copies run at once (there is nothing to overlap with)."""
 
     def __init__(self, threads: int = 4, depth: int = 3) -> None:
         self.threads, self.depth = threads, depth
@@ -424,15 +435,25 @@ class Copier:
             return
         import torch
 
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device=sources[0].device)
+        captured = torch.cuda.Event()
+        captured.record()
+        if store.pinned:  # straight into the blocks, asynchronously: no host copy at all
+            with torch.cuda.stream(self.stream):
+                self.stream.wait_event(captured)
+                for views, first, rows in pieces:
+                    for view, source in zip(views, sources, strict=True):
+                        view.copy_(source[first : first + rows], non_blocking=True)
+                for source in sources:
+                    source.record_stream(self.stream)  # not reused before the copy is done
+            return
         if self.pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="spec_compat-copy")
-            self.stream = torch.cuda.Stream(device=sources[0].device)
         slot = self._slot(sources)
         staged = [buffer[: s.shape[0]] for buffer, s in zip(slot["buffers"], sources, strict=True)]
-        captured = torch.cuda.Event()
-        captured.record()
         with torch.cuda.stream(self.stream):
             self.stream.wait_event(captured)
             for buffer, source in zip(staged, sources, strict=True):
@@ -476,6 +497,8 @@ class Copier:
 
     def drain(self) -> None:
         """Wait for every submitted copy; raise the first copy error, if any."""
+        if self.stream is not None:
+            self.stream.synchronize()
         futures, self.futures = self.futures, []
         errors = [f.exception() for f in futures]
         if error := next((e for e in errors if e is not None), None):

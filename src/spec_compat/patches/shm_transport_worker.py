@@ -12,12 +12,14 @@ How: the name ``HiddenStatesWorkerExtension`` in the stock worker module (which 
     returns descriptors (``spec_compat.transport.ArenaTensor``) instead of bytes:
     - 0.4.x: the stock bookkeeping runs, then the step's rows go straight to their
       requests' blocks in this call's segments (``CallStore``; the stock row-to-request
-      rule replayed step by step by ``RowMatcher``): on GPUs staged in pinned memory by a
-      side CUDA stream and moved by host threads while the next step computes.  Segments
-      whose results the driver has dropped are reused (``SegmentPool``): new pages are
-      the dearest part of the copy.  The rows are also tested for NaN/Inf
-      and all-zero rows where they are (on the GPU), so ``generate_checks`` need not read
-      them again; the count travels in the reply.  The driver takes the blocks over.
+      rule replayed step by step by ``RowMatcher``).  On GPUs the segments are page-locked
+      and the rows go there by asynchronous copies on a side CUDA stream while the next
+      step computes (``SPEC_COMPAT_PIN_BLOCKS=0``: staged in pinned memory, then moved by
+      host threads).  Segments whose results the driver has dropped are reused
+      (``SegmentPool``): new pages, and pinning them, are the dearest part.  The rows are
+      also tested for NaN/Inf and all-zero rows where they are (on the GPU), so
+      ``generate_checks`` need not read them again; the count travels in the reply.  The
+      driver takes the blocks over.
     - 0.3.0: rows go to a reused per-worker arena, pinned on GPUs; the stock per-layer
       concatenation becomes a view of it, which the driver clones as it always did.
     It falls back to the stock path when the driver half is not selected or ``/dev/shm`` is
@@ -53,7 +55,10 @@ from ._stock import WORKER
 
 log = logging.getLogger(__name__)
 DRIVER_HALF = "shm_transport_driver"
-#: host threads that move staged rows into the call's blocks (GPU platforms)
+#: GPU platforms: page-lock the call's blocks (reused across calls), so captured rows go
+#: there with asynchronous copies alone; 0 stages them and copies on host threads instead
+PIN_BLOCKS = os.environ.get("SPEC_COMPAT_PIN_BLOCKS", "1") != "0"
+#: host threads that move staged rows into the call's blocks (GPU platforms, unpinned)
 COPY_THREADS = int(os.environ.get("SPEC_COMPAT_COPY_THREADS", min(8, (os.cpu_count() or 2) // 2)))
 METHODS = ("_reset_capture", "_store_captured_states", "_get_captured_states")
 
@@ -170,7 +175,8 @@ def wrap(original: type) -> type:
             if self._spec_compat_pool is None:
                 self._spec_compat_pool = SegmentPool()
             pool = self._spec_compat_pool
-            return CallStore(len(like), width, dtype, block_rows, per_segment, pool)
+            pin = like[0].is_cuda and PIN_BLOCKS
+            return CallStore(len(like), width, dtype, block_rows, per_segment, pool, pin)
 
         def _spec_compat_reply_by_request(self) -> dict:
             store, matcher = self._spec_compat_call
