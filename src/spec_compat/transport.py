@@ -29,7 +29,6 @@ import mmap
 import os
 import queue
 import secrets
-import sys
 import threading
 import weakref
 from collections import deque
@@ -245,24 +244,14 @@ class CallStore:
     written rows take memory); each row range is `posix_fallocate`d before it is written, so
     a full /dev/shm raises `MemoryError` here instead of a SIGBUS in the copy."""
 
-    def __init__(
-        self,
-        layers: int,
-        width: int,
-        dtype: Any,
-        block_rows: int,
-        per_segment: int,
-        pool: SegmentPool | None = None,
-        pin: bool = False,
-    ):
+    def __init__(self, layers: int, width: int, dtype: Any, block_rows: int, per_segment: int):
         import torch
 
-        self.pool, self.pin = pool, pin
         self.layers, self.width, self.dtype = layers, width, dtype
         self.block_rows, self.per_segment = block_rows, per_segment
         self.itemsize = torch.empty((), dtype=dtype).element_size()
         self.block_elems = layers * block_rows * width
-        self.segments: list[tuple[Any, Any, int, bool]] = []  # (shm, flat, fd, pinned)
+        self.segments: list[tuple[Any, Any, int]] = []  # (shm, flat tensor, fd)
         self.blocks: dict[str, list[int]] = {}  # request id -> [block number, rows filled]
         self._finalizer = weakref.finalize(self, _close_all, self.segments)
 
@@ -290,7 +279,7 @@ class CallStore:
         """Copy `src` into `dst` (a `rows_for` view), reserving its pages first."""
         if dst.numel():
             address = dst.data_ptr()
-            for _, flat, fd, _ in self.segments:
+            for _, flat, fd in self.segments:
                 base = flat.data_ptr()
                 if base <= address < base + flat.numel() * self.itemsize:
                     _reserve(fd, address - base, dst.numel() * self.itemsize)
@@ -300,25 +289,11 @@ class CallStore:
     def _add_segment(self) -> None:
         import torch
 
-        nbytes = self.per_segment * self.block_elems * self.itemsize
-        segment = self.pool.take(nbytes, self.dtype, self.pin) if self.pool is not None else None
-        if segment is None:
-            shm = _new_segment(nbytes)
-            fd = os.open(os.path.join(SHM_DIR, shm.name), os.O_RDWR)
-            with torch.inference_mode(False):  # written from copy threads, outside it
-                flat = torch.frombuffer(shm.buf, dtype=self.dtype)
-            pinned = False
-            if self.pin:  # every page now (pinning needs them), then page-locked
-                _reserve(fd, 0, nbytes)
-                cudart = torch.cuda.cudart()
-                pinned = cudart.cudaHostRegister(flat.data_ptr(), nbytes, 0) == 0
-            segment = (shm, flat, fd, pinned)
-        self.segments.append(segment)
-
-    @property
-    def pinned(self) -> bool:
-        """Every segment is page-locked: the GPU can copy into the blocks asynchronously."""
-        return self.pin and all(segment[3] for segment in self.segments)
+        shm = _new_segment(self.per_segment * self.block_elems * self.itemsize)
+        fd = os.open(os.path.join(SHM_DIR, shm.name), os.O_RDWR)
+        with torch.inference_mode(False):  # written from a copy thread, outside inference mode
+            flat = torch.frombuffer(shm.buf, dtype=self.dtype)
+        self.segments.append((shm, flat, fd))
 
     def describe(self) -> dict[str, list[ArenaTensor]]:
         reply = {}
@@ -338,52 +313,8 @@ class CallStore:
             ]
         return reply
 
-    def hand_over(self) -> None:
-        """The driver maps this call's segments now: the pool keeps them until it lets go."""
-        if self.pool is None:
-            return self.close()
-        self.pool.handed.update((segment[0].name, segment) for segment in self.segments)
-        self.segments.clear()
-
     def close(self) -> None:
         self._finalizer()
-
-
-class SegmentPool:
-    """Worker side: per-call segments kept for reuse once the driver has let go of them.
-
-    Fresh shared memory pays page faults and zeroing as it is first written (on the H200
-    host the largest cost left, ~3 GB/s over 8 threads); a segment whose results the
-    driver dropped has its pages already.  `handed`: segments whose results the driver may
-    still hold; `spare`: released ones, for the next calls.  All are unlinked at exit."""
-
-    def __init__(self) -> None:
-        self.handed: dict[str, tuple[Any, Any, int, bool]] = {}
-        self.spare: list[tuple[Any, Any, int, bool]] = []
-        self.reused = 0
-        self._finalizer = weakref.finalize(self, _close_pool, self.handed, self.spare)
-
-    def take(self, nbytes: int, dtype: Any, pin: bool) -> tuple[Any, Any, int, bool] | None:
-        for index, segment in enumerate(self.spare):
-            if segment[0].size == nbytes and segment[1].dtype == dtype and segment[3] == pin:
-                self.reused += 1
-                return self.spare.pop(index)
-        return None
-
-    def release(self, names: list[str], keep: int) -> None:
-        """The driver holds no result in `names` any more; keep at most `keep` spares."""
-        self.spare += [self.handed.pop(n) for n in names if n in self.handed]
-        while len(self.spare) > keep:
-            _close_all([self.spare.pop()])
-
-    def close(self) -> None:
-        self._finalizer()
-
-
-def _close_pool(handed: dict, spare: list) -> None:
-    _close_all(list(handed.values()))
-    handed.clear()
-    _close_all(spare)
 
 
 def _reserve(fd: int, offset: int, nbytes: int) -> None:
@@ -398,22 +329,22 @@ def _reserve(fd: int, offset: int, nbytes: int) -> None:
         ) from exc
 
 
-def _close_all(segments: list[tuple[Any, Any, int, bool]]) -> None:
+def _close_all(segments: list[tuple[Any, Any, int]]) -> None:
     while segments:
-        shm, flat, fd, pinned = segments.pop()
+        shm, flat, fd = segments.pop()
         os.close(fd)
-        _close(shm, flat, pinned)
+        _close(shm, flat, pinned=False)
 
 
 class Copier:
     """Copies each step's rows into their requests' blocks while the next step computes.
 
-    On a GPU, on a side stream after an event where the rows were captured: into page-locked
-    blocks (`CallStore.pinned`) directly and asynchronously; otherwise per layer into a
-    pinned staging slot, from which `threads` host threads copy the pieces into the blocks
-    (new pages are the cost there, so it is spread over threads).  A slot is reused once
-    its pieces are out; with all `depth` slots busy the next step waits, which bounds
-    memory.  On the CPU the copies run at once (there is nothing to overlap with)."""
+    On a GPU: the step's rows go, per layer, into a pinned staging slot with one asynchronous
+    copy on a side stream (after an event where they were captured); then `threads` host
+    threads copy the pieces from the slot into the blocks (new pages are the cost there,
+    so it is spread over threads).  A slot is reused once its pieces are out; with all
+    `depth` slots busy the next step waits, which bounds memory.  On the CPU the copies
+    run at once (there is nothing to overlap with)."""
 
     def __init__(self, threads: int = 4, depth: int = 3) -> None:
         self.threads, self.depth = threads, depth
@@ -435,25 +366,15 @@ class Copier:
             return
         import torch
 
-        if self.stream is None:
-            self.stream = torch.cuda.Stream(device=sources[0].device)
-        captured = torch.cuda.Event()
-        captured.record()
-        if store.pinned:  # straight into the blocks, asynchronously: no host copy at all
-            with torch.cuda.stream(self.stream):
-                self.stream.wait_event(captured)
-                for views, first, rows in pieces:
-                    for view, source in zip(views, sources, strict=True):
-                        view.copy_(source[first : first + rows], non_blocking=True)
-                for source in sources:
-                    source.record_stream(self.stream)  # not reused before the copy is done
-            return
         if self.pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="spec_compat-copy")
+            self.stream = torch.cuda.Stream(device=sources[0].device)
         slot = self._slot(sources)
         staged = [buffer[: s.shape[0]] for buffer, s in zip(slot["buffers"], sources, strict=True)]
+        captured = torch.cuda.Event()
+        captured.record()
         with torch.cuda.stream(self.stream):
             self.stream.wait_event(captured)
             for buffer, source in zip(staged, sources, strict=True):
@@ -497,8 +418,6 @@ class Copier:
 
     def drain(self) -> None:
         """Wait for every submitted copy; raise the first copy error, if any."""
-        if self.stream is not None:
-            self.stream.synchronize()
         futures, self.futures = self.futures, []
         errors = [f.exception() for f in futures]
         if error := next((e for e in errors if e is not None), None):
@@ -554,7 +473,7 @@ class Attachments:
 
     def __init__(self) -> None:
         self.segments: dict[str, tuple[mmap.mmap, Any]] = {}
-        self.handed: dict[str, mmap.mmap] = {}  # per-call segments, while results use them
+        self.call_segments: dict[str, mmap.mmap] = {}
         atexit.register(self.close)
 
     def flat(self, name: str, dtype: Any) -> Any:
@@ -581,10 +500,10 @@ class Attachments:
         tensors keep the mapping alive; the worker unlinks the segment."""
         import torch
 
-        mapping = self.handed.get(desc.segment)
+        mapping = self.call_segments.get(desc.segment)
         if mapping is None:
             with open(os.path.join(SHM_DIR, desc.segment), "r+b") as fh:
-                mapping = self.handed[desc.segment] = mmap.mmap(fh.fileno(), 0)
+                mapping = self.call_segments[desc.segment] = mmap.mmap(fh.fileno(), 0)
         rows, width = desc.shape
         itemsize = torch.empty((), dtype=dtype).element_size()
         if rows == 0:
@@ -597,18 +516,12 @@ class Attachments:
         return flat.view(rows, width).as_subclass(handed_over_class())
 
     def from_reply(self, payload: Any) -> Any:
-        return self.from_descriptors(payload)
-
-    def released(self) -> list[str]:
-        """Per-call segments no result uses any more (forgotten here, so the worker may
-        reuse them).  Every tensor `take` made holds a reference to its segment's mapping
-        (`torch.frombuffer` keeps its buffer object alive), so a mapping referenced only
-        by this table has no live result."""
-        # references: this table's and getrefcount's own argument
-        free = [name for name in self.handed if sys.getrefcount(self.handed[name]) <= 2]
-        for name in free:
-            del self.handed[name]
-        return free
+        """`from_descriptors` for one RPC reply; per-call mappings are then left to the
+        tensors made from them."""
+        try:
+            return self.from_descriptors(payload)
+        finally:
+            self.call_segments.clear()
 
     def from_descriptors(self, payload: Any) -> Any:
         if isinstance(payload, ArenaTensor):

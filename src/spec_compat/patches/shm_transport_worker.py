@@ -11,15 +11,11 @@ How: the name ``HiddenStatesWorkerExtension`` in the stock worker module (which 
     rows to host shared memory as they are stored, and whose ``_get_captured_states``
     returns descriptors (``spec_compat.transport.ArenaTensor``) instead of bytes:
     - 0.4.x: the stock bookkeeping runs, then the step's rows go straight to their
-      requests' blocks in this call's segments (``CallStore``; the stock row-to-request
-      rule replayed step by step by ``RowMatcher``).  On GPUs the segments are page-locked
-      and the rows go there by asynchronous copies on a side CUDA stream while the next
-      step computes (``SPEC_COMPAT_PIN_BLOCKS=0``: staged in pinned memory, then moved by
-      host threads).  Segments whose results the driver has dropped are reused
-      (``SegmentPool``): new pages, and pinning them, are the dearest part.  The rows are
-      also tested for NaN/Inf and all-zero rows where they are (on the GPU), so
-      ``generate_checks`` need not read them again; the count travels in the reply.  The
-      driver takes the blocks over.
+      requests' blocks in this call's fresh segments (``CallStore``; the stock row-to-
+      request rule replayed step by step by ``RowMatcher``), from a side thread and CUDA
+      stream on GPUs, while the next step computes.  The rows are also tested for NaN/Inf
+      and all-zero rows where they are (on the GPU), so ``generate_checks`` need not read
+      them again; the count travels in the reply.  The driver takes the blocks over.
     - 0.3.0: rows go to a reused per-worker arena, pinned on GPUs; the stock per-layer
       concatenation becomes a view of it, which the driver clones as it always did.
     It falls back to the stock path when the driver half is not selected or ``/dev/shm`` is
@@ -45,7 +41,6 @@ from ..transport import (
     CallStore,
     Copier,
     RowMatcher,
-    SegmentPool,
     adjacent_view,
     bad_rows,
     shm_free_bytes,
@@ -55,10 +50,7 @@ from ._stock import WORKER
 
 log = logging.getLogger(__name__)
 DRIVER_HALF = "shm_transport_driver"
-#: GPU platforms: page-lock the call's blocks (reused across calls), so captured rows go
-#: there with asynchronous copies alone; 0 stages them and copies on host threads instead
-PIN_BLOCKS = os.environ.get("SPEC_COMPAT_PIN_BLOCKS", "1") != "0"
-#: host threads that move staged rows into the call's blocks (GPU platforms, unpinned)
+#: host threads that move staged rows into the call's blocks (GPU platforms)
 COPY_THREADS = int(os.environ.get("SPEC_COMPAT_COPY_THREADS", min(8, (os.cpu_count() or 2) // 2)))
 METHODS = ("_reset_capture", "_store_captured_states", "_get_captured_states")
 
@@ -96,8 +88,6 @@ def wrap(original: type) -> type:
         _spec_compat_call: tuple[CallStore, RowMatcher] | None = None  # per request (0.4.x)
         _spec_compat_done: CallStore | None = None  # the last call's, until the next starts
         _spec_compat_copier: Copier | None = None
-        _spec_compat_pool: SegmentPool | None = None  # per-call segments, for reuse
-        _spec_compat_kept = 0  # segments the last call used: spares worth keeping
         _spec_compat_bad: Any = 0  # rows failing generate_checks' value test, this call
         _spec_compat_layout: str | None = None
 
@@ -172,11 +162,7 @@ def wrap(original: type) -> type:
             block_rows = getattr(model, "max_model_len", None) or like[0].shape[0]
             per_segment = getattr(scheduler, "max_num_seqs", None) or 32
             width, dtype = like[0].shape[1], like[0].dtype
-            if self._spec_compat_pool is None:
-                self._spec_compat_pool = SegmentPool()
-            pool = self._spec_compat_pool
-            pin = like[0].is_cuda and PIN_BLOCKS
-            return CallStore(len(like), width, dtype, block_rows, per_segment, pool, pin)
+            return CallStore(len(like), width, dtype, block_rows, per_segment)
 
         def _spec_compat_reply_by_request(self) -> dict:
             store, matcher = self._spec_compat_call
@@ -197,18 +183,11 @@ def wrap(original: type) -> type:
             if self._spec_compat_copier is not None:
                 with contextlib.suppress(RuntimeError):
                     self._spec_compat_copier.drain()
-            if self._spec_compat_done is not None:  # the driver maps it: pooled till released
-                self._spec_compat_kept = len(self._spec_compat_done.segments)
-                self._spec_compat_done.hand_over()
-            if self._spec_compat_call is not None:  # a failed call: nobody maps it
-                self._spec_compat_call[0].close()
+            for store in (self._spec_compat_done, *(self._spec_compat_call or ())[:1]):
+                if store is not None:
+                    store.close()
             self._spec_compat_call = self._spec_compat_done = None
             self._spec_compat_bad = 0
-
-        def _spec_compat_recycle(self, names: list[str]) -> None:
-            """The driver holds no result in these segments any more: reuse them."""
-            if self._spec_compat_pool is not None:
-                self._spec_compat_pool.release(names, keep=self._spec_compat_kept)
 
         # -- per layer (0.3.0) ----------------------------------------------------------
         def _spec_compat_arena_for(self, tensors: list[Any]) -> Arena | None:
