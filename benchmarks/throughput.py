@@ -53,10 +53,12 @@ def build_model(directory: Path, hidden: int, layers: int) -> None:
     torch.manual_seed(0)
     tiny_models._save(LlamaForCausalLM(LlamaConfig(**config)), directory)
     # Role P runs the pinned release's transformers (4.x), which does not know the class
-    # name transformers 5 writes (TokenizersBackend); both read PreTrainedTokenizerFast.
+    # name transformers 5 writes (TokenizersBackend) nor its list of extra special tokens.
     tokenizer_config = directory / "tokenizer_config.json"
     data = json.loads(tokenizer_config.read_text())
     data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if isinstance(data.get("extra_special_tokens"), list):  # 5's spelling; 4 wants a dict here
+        data["additional_special_tokens"] = data.pop("extra_special_tokens")
     tokenizer_config.write_text(json.dumps(data, indent=2))
 
 
