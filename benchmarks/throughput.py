@@ -8,6 +8,9 @@ B: the unchanged stock `VllmHiddenStatesGenerator` (speculators line from PYTHON
    `spec_compat.apply()`, capturing 4 layers, all prompts in one `generate()` call.
 B-stock-transport: B with the shared-memory transport excluded (captured states pickled
    through `collective_rpc`, as the stock code does).
+N (vLLM >= 0.18): vLLM's own `extract_hidden_states` speculative method and example
+   connector (states written to safetensors files, read back), same layers (native id =
+   speculators' id + 1); parity with B is checked on the first 4 prompts.
 P (with --pinned-python, e.g. .venvs/vllm-0.16.0/bin/python): the stock extractor on the
    release its speculators line pins, with only the patches vLLM's CPU platform needs to
    start it at all (`cpu_mem_get_info`, `cpu_torch_mem_get_info`); 0.4.0.1 on 0.16.0 cannot
@@ -20,6 +23,7 @@ no hub.  Prompt tokens per second count every prompt token once.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -70,21 +74,78 @@ EXTRACTOR_ROLES = {
 }
 
 
+LAYERS = [2, 4, 6, 7]
+
+
+def engine_settings(model: str, max_model_len: int) -> dict:
+    """The stock extractor's engine settings, for the roles that drive vLLM's own `LLM`."""
+    return {
+        "model": model,
+        "dtype": "float32",
+        "enforce_eager": True,
+        "max_model_len": max_model_len,
+        "max_num_seqs": 32,
+        "max_num_batched_tokens": max(8192, max_model_len),
+        "enable_prefix_caching": False,
+    }
+
+
+def native_extraction(model: str, prompts: list[list[int]], max_model_len: int, parity: Path):
+    """Role N: vLLM's own `extract_hidden_states` speculative method (vLLM >= 0.18) with its
+    example connector, which writes each request's states to a safetensors file; timed
+    until every file is read back into memory, as the extractor's results are.  Native
+    layer id k is the state entering layer k: speculators' layer k is native id k + 1."""
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        load_hidden_states,
+    )
+    from vllm.inputs import TokensPrompt
+
+    storage = tempfile.mkdtemp(prefix="native-states-")
+    llm = LLM(
+        **engine_settings(model, max_model_len),
+        enable_chunked_prefill=False,  # the connector needs whole prompts
+        speculative_config={
+            "method": "extract_hidden_states",
+            "num_speculative_tokens": 1,
+            "draft_model_config": {
+                "hf_config": {"eagle_aux_hidden_state_layer_ids": [k + 1 for k in LAYERS]}
+            },
+        },
+        kv_transfer_config={
+            "kv_connector": "ExampleHiddenStatesConnector",
+            "kv_role": "kv_producer",
+            "kv_connector_extra_config": {"shared_storage_path": storage},
+        },
+    )
+    inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+
+    def run(batch: list) -> list:
+        outputs = llm.generate(batch, params, use_tqdm=False)
+        return [load_hidden_states(o.kv_transfer_params["hidden_states_path"]) for o in outputs]
+
+    run(inputs[:4])  # warm-up
+    started = time.perf_counter()
+    states = run(inputs)
+    seconds = time.perf_counter() - started
+    if not parity.exists():  # [prompt][layer] -> (tokens, hidden), as the extractor returns
+        first = [s["hidden_states"] for s in states[:4]]
+        import torch
+
+        torch.save([[s[:, i] for i in range(len(LAYERS))] for s in first], parity)
+    return seconds
+
+
 def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int) -> dict:
-    layers = [2, 4, 6, 7]
-    if role == "A":
+    layers = LAYERS
+    parity = Path(model).parent / f"parity-{role}.pt"
+    if role == "N":
+        seconds = native_extraction(model, prompts, max_model_len, parity)
+    elif role == "A":
         from vllm import LLM, SamplingParams
 
-        llm = LLM(
-            model=model,
-            dtype="float32",
-            enforce_eager=True,
-            max_model_len=max_model_len,
-            max_num_seqs=32,
-            max_num_batched_tokens=max(8192, max_model_len),
-            enable_prefix_caching=False,
-            block_size=None,
-        )
+        llm = LLM(**engine_settings(model, max_model_len), block_size=None)
         from vllm.inputs import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
@@ -111,6 +172,10 @@ def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int)
         for first in range(0, len(prompts), step):
             results += generator.generate(prompts[first : first + step])
         seconds = time.perf_counter() - started
+        if role == "B" and not parity.exists():
+            import torch
+
+            torch.save([r["hidden_states"] for r in results[:4]], parity)
         got = [r["input_ids"].tolist() for r in results]
         # P is the unpatched 0.4.0.1: its results come back in request-id string order
         assert (sorted(got) == sorted(prompts)) if role == "P" else (got == prompts)
@@ -157,6 +222,8 @@ def main() -> None:
         python = {"A": sys.executable, "B": sys.executable, "B-stock-transport": sys.executable}
         if args.pinned_python:
             python["P"] = args.pinned_python
+        if importlib.util.find_spec("vllm.v1.spec_decode.extract_hidden_states"):
+            python["N"] = sys.executable
         samples: dict[str, list[dict]] = {role: [] for role in python}
         for _ in range(args.rounds):
             for role in python:
@@ -174,6 +241,7 @@ def main() -> None:
                 out = next(x for x in reversed(proc.stdout.splitlines()) if x.startswith('{"role"'))
                 samples[role].append(json.loads(out))
                 print(f"  {role}: {samples[role][-1]['tokens_per_s']:.0f} tokens/s", flush=True)
+        parity = native_parity(model.parent / "parity-B.pt", model.parent / "parity-N.pt")
     median = {r: statistics.median(s["tokens_per_s"] for s in v) for r, v in samples.items() if v}
     from spec_compat.gates import installed_version
 
@@ -184,6 +252,7 @@ def main() -> None:
         f"speculators {installed_version('speculators')}; {args.rounds} rounds"
     )
     names = {
+        "N": "vLLM native extract_hidden_states",
         "A": "bare vLLM prefill",
         "B": "stock extractor + spec_compat",
         "B-stock-transport": "same, stock RPC transport",
@@ -201,6 +270,27 @@ def main() -> None:
     print(f"B-stock-transport/A = {median['B-stock-transport'] / median['A']:.3f}")
     if "P" in median:
         print(f"B/P = {median['B'] / median['P']:.3f} (goal >= 1.0)")
+    if "N" in median:
+        print(f"B/N = {median['B'] / median['N']:.3f} (vLLM's native extract_hidden_states)")
+    if parity is not None:
+        print(f"parity B vs N, first 4 prompts, 4 layers: {parity}")
+
+
+def native_parity(extractor: Path, native: Path) -> str | None:
+    """The largest relative difference between the extractor's and the native path's states
+    for the same prompts and layers (speculators k = native k + 1), or None."""
+    if not (extractor.exists() and native.exists()):
+        return None
+    import torch
+
+    worst = 0.0
+    for ours, theirs in zip(torch.load(extractor), torch.load(native), strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            if a.shape != b.shape:
+                return f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"
+            scale = b.abs().max().clamp_min(1e-12)
+            worst = max(worst, float((a - b).abs().max() / scale))
+    return f"max relative difference {worst:.2e}"
 
 
 if __name__ == "__main__":

@@ -120,9 +120,9 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
             return run
 
         executor = generator.executor
+        # every worker call goes through collective_rpc (execute_model and sample_tokens
+        # too), timed once per method name; the scheduler runs in this process
         executor.collective_rpc = timed("rpc", executor.collective_rpc)
-        executor.execute_model = timed("execute_model", executor.execute_model)
-        executor.sample_tokens = timed("sample_tokens", executor.sample_tokens)
         generator.scheduler.schedule = timed("schedule", generator.scheduler.schedule)
         generator.generate(data[:8])
         for n in range(rounds):

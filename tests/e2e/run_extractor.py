@@ -4,7 +4,8 @@
 
 SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int,
        "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
-       "exclude": [...]|null, "out": file.pt, "catch_errors": bool}
+       "exclude": [...]|null, "out": file.pt, "catch_errors": bool,
+       "tensor_parallel_size": int, "drop_results": bool}
 
 With catch_errors, a generate() call that raises is recorded as {"error": "Type: message"}
 and the next call runs on the same generator.
@@ -61,7 +62,10 @@ def main() -> None:
 
     started = time.perf_counter()
     generator = gen.VllmHiddenStatesGenerator(
-        spec["model"], layer_ids=spec["layers"], max_model_len=spec["max_model_len"]
+        spec["model"],
+        layer_ids=spec["layers"],
+        max_model_len=spec["max_model_len"],
+        tensor_parallel_size=spec.get("tensor_parallel_size", 1),
     )
     timings["init"] = time.perf_counter() - started
     prompts = spec["prompts"]

@@ -101,3 +101,28 @@ def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompt
             proc.kill()
     time.sleep(2)  # the resource tracker unlinks after its last client is gone
     assert segments() <= before
+
+
+@pytest.mark.exhaustive
+def test_tensor_parallel_2_captures_on_rank_0_and_matches_the_oracle(
+    line, speculators_dir, tiny_llama, short_prompts, short_oracle
+):
+    """Two CPU workers: only TP rank 0 captures and ships its rows through shared memory;
+    the results still match the transformers oracle, and no segment is left behind."""
+    from .harness import outcome
+
+    before = segments()
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        short_prompts,
+        LAYERS,
+        calls=[list(range(len(short_prompts)))] * 2,
+        extra={"tensor_parallel_size": 2},
+    )
+    assert run.returncode == 0, run.tail
+    assert outcome(run, short_prompts, short_oracle) == "match"
+    rank0, rank1 = run.data["worker"]
+    assert rank0["transport"] == ("per layer" if line.startswith("0.3") else "per request")
+    assert rank1["transport"] is None
+    assert segments() <= before

@@ -218,6 +218,55 @@ def build_deepseek_v2_scaled(directory: Path, layers: int = 4, seed: int = 0) ->
     return build_deepseek_v2(directory, layers, seed, llama_4_scaling=LLAMA_4_SCALING)
 
 
+def build_kimi_k25(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    """Kimi-K2.5's shape: a vision wrapper whose language model is a DeepSeek-V3 decoder
+    (multi-head latent attention, sigmoid-routed experts), with a tiny MoonViT tower."""
+    from transformers import (
+        DeepseekV3Config,
+        Kimi_K25Config,
+        Kimi_K25ForConditionalGeneration,
+        Kimi_K25VisionConfig,
+    )
+
+    _start(directory, seed)
+    text = DeepseekV3Config(
+        num_hidden_layers=layers,
+        kv_lora_rank=512,  # vLLM's reference CPU MLA kernel: DeepSeek's latent size only
+        q_lora_rank=96,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=64,
+        v_head_dim=32,
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        n_group=1,
+        topk_group=1,
+        **(TEXT | {"num_key_value_heads": 4}),
+    )
+    vision = Kimi_K25VisionConfig(
+        patch_size=14,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        hidden_size=32,
+        intermediate_size=64,
+    )
+    config = Kimi_K25Config(
+        text_config=text,
+        vision_config=vision,
+        projection_hidden_size=32,
+        image_token_id=IMAGE_TOKEN,
+        tie_word_embeddings=False,
+    )
+
+    def text_architecture(data: dict) -> None:
+        data["text_config"]["architectures"] = ["DeepseekV3ForCausalLM"]
+        data["text_config"]["torch_dtype"] = "float32"
+
+    return _save(Kimi_K25ForConditionalGeneration(config), directory, text_architecture)
+
+
 BUILDERS = {
     "llama": build_llama,
     "qwen3": build_qwen3,
@@ -225,6 +274,7 @@ BUILDERS = {
     "deepseek_v2": build_deepseek_v2,
     "deepseek_v2_llama4_scaling": build_deepseek_v2_scaled,
     "llava": build_llava,
+    "kimi_k25": build_kimi_k25,
 }
 
 
