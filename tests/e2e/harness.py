@@ -131,6 +131,7 @@ def native_reference(
     *,
     max_model_len: int = 512,
     attention_backend: str | None = None,
+    model_options: dict | None = None,
 ) -> list[list[Any]]:
     """vLLM's own aux hidden states for `layers` (speculators' ids), per prompt (run_native.py)."""
     import torch
@@ -146,6 +147,7 @@ def native_reference(
                     "layers": layers,
                     "max_model_len": max_model_len,
                     "attention_backend": attention_backend,
+                    "model_options": model_options or {},
                     "out": str(out),
                 }
             )

@@ -5,7 +5,7 @@
 SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int,
        "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
        "exclude": [...]|null, "out": file.pt, "catch_errors": bool,
-       "tensor_parallel_size": int, "drop_results": bool}
+       "tensor_parallel_size": int, "drop_results": bool, "model_options": {...}}
 
 With catch_errors, a generate() call that raises is recorded as {"error": "Type: message"}
 and the next call runs on the same generator.
@@ -43,6 +43,7 @@ def main() -> None:
 
     def float32_model_config(*args, **kwargs):
         kwargs["dtype"] = "float32"
+        kwargs |= spec.get("model_options", {})  # e.g. language_model_only for VL wrappers
         return stock_model_config(*args, **kwargs)
 
     gen.ModelConfig = float32_model_config

@@ -3,7 +3,7 @@
     python run_native.py SPEC.json
 
 SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int,
-       "attention_backend": str|null, "out": file.pt}
+       "attention_backend": str|null, "model_options": {...}, "out": file.pt}
 
 Used where transformers cannot be the oracle (vLLM's CPU MLA kernels differ from
 transformers' DeepSeek-V2, see docs/models.md).  The decoder's `aux_hidden_state_layers`
@@ -39,6 +39,7 @@ def main() -> None:
         max_model_len=spec["max_model_len"],
         enable_prefix_caching=False,
         **options,
+        **spec.get("model_options", {}),
     )
     native_ids = tuple(k + 1 for k in spec["layers"])
 

@@ -21,6 +21,8 @@ class Family:
     #: for families whose vLLM CPU kernels differ from transformers (docs/models.md)
     reference: str = "transformers"
     mla: bool = False  # needs vLLM's CPU MLA backend, pinned to its float32 reference kernel
+    #: extra ModelConfig / LLM options (test-only), e.g. a VL wrapper's text-only mode
+    model_options: tuple[tuple[str, object], ...] = ()
 
     @property
     def one_prompt_per_call(self) -> bool:
@@ -65,7 +67,10 @@ def family_blocker(name: str) -> str | None:
 
 
 def extractor_options(name: str) -> dict:
-    return {"attention_backend": "CPU_MLA"} if FAMILIES[name].mla else {}
+    options: dict = {"model_options": dict(FAMILIES[name].model_options)}
+    if FAMILIES[name].mla:
+        options["attention_backend"] = "CPU_MLA"
+    return options
 
 
 def run_family(name: str, speculators_dir, model, prompts, **kwargs):

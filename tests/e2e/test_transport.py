@@ -111,6 +111,12 @@ def test_tensor_parallel_2_captures_on_rank_0_and_matches_the_oracle(
     the results still match the transformers oracle, and no segment is left behind."""
     from .harness import outcome
 
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("tensor parallel size 2 needs two CPUs")
+    # vLLM's CPU workers bind threads per NUMA node, and a small machine has one: bind one
+    # CPU to each rank by hand, and keep none back for a scheduler process (there is none)
+    env = {"VLLM_CPU_OMP_THREADS_BIND": f"{cpus[0]}|{cpus[1]}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     before = segments()
     run = run_stock(
         speculators_dir,
@@ -119,6 +125,7 @@ def test_tensor_parallel_2_captures_on_rank_0_and_matches_the_oracle(
         LAYERS,
         calls=[list(range(len(short_prompts)))] * 2,
         extra={"tensor_parallel_size": 2},
+        env=env,
     )
     assert run.returncode == 0, run.tail
     assert outcome(run, short_prompts, short_oracle) == "match"

@@ -218,6 +218,33 @@ def build_deepseek_v2_scaled(directory: Path, layers: int = 4, seed: int = 0) ->
     return build_deepseek_v2(directory, layers, seed, llama_4_scaling=LLAMA_4_SCALING)
 
 
+def build_gpt_oss(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    """gpt-oss: attention sinks, sliding-window layers alternating with full ones, biased
+    experts with a clamped SwiGLU, YaRN rotary embeddings."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    _start(directory, seed)
+    config = GptOssConfig(
+        num_hidden_layers=layers,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        head_dim=32,
+        sliding_window=64,  # shorter than the longer prompts, so both kinds of layer matter
+        layer_types=["sliding_attention", "full_attention"] * (layers // 2),
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 512,
+            "rope_theta": 150000.0,
+        },
+        **TEXT,
+    )
+    return _save(GptOssForCausalLM(config), directory)
+
+
 def build_kimi_k25(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     """Kimi-K2.5's shape: a vision wrapper whose language model is a DeepSeek-V3 decoder
     (multi-head latent attention, sigmoid-routed experts), with a tiny MoonViT tower."""
@@ -275,6 +302,7 @@ BUILDERS = {
     "deepseek_v2_llama4_scaling": build_deepseek_v2_scaled,
     "llava": build_llava,
     "kimi_k25": build_kimi_k25,
+    "gpt_oss": build_gpt_oss,
 }
 
 
