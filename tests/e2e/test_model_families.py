@@ -47,6 +47,7 @@ FAMILIES = {
         mla=True,
     ),
     "llava": Family("a multimodal wrapper: the decoder lives at get_language_model().model"),
+    "gpt_oss": Family("attention sinks, alternating sliding-window layers, biased experts"),
 }
 
 
