@@ -37,4 +37,10 @@ def worker_report(worker: object = None) -> dict[str, object]:
         "patches": {r.name: r.state.value for r in status() if r.side != "driver"},
         # the shared-memory transport's layout ("per request", "per layer"), once used
         "transport": getattr(worker, "_spec_compat_layout", None),
+        "torch_threads": _torch_threads(),
     }
+
+
+def _torch_threads() -> int | None:
+    torch = __import__("sys").modules.get("torch")
+    return None if torch is None else torch.get_num_threads()
