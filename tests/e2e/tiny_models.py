@@ -179,6 +179,26 @@ def build_qwen3_moe(directory: Path, layers: int = 4, seed: int = 0) -> Path:
 LLAMA_4_SCALING = {"original_max_position_embeddings": 16, "beta": 0.5}
 
 
+#: the DeepSeek decoder the MLA families share: multi-head latent attention, one dense
+#: layer, then shared + routed experts
+DEEPSEEK_TEXT = TEXT | {
+    "num_key_value_heads": 4,
+    # vLLM's reference CPU MLA kernel only exists for DeepSeek's latent size, 512 + 64
+    "kv_lora_rank": 512,
+    "q_lora_rank": 96,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 32,
+    "first_k_dense_replace": 1,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "n_group": 1,  # vLLM's CPU router always groups; one group is plain top-k
+    "topk_group": 1,
+}
+
+
 def build_deepseek_v2(
     directory: Path, layers: int = 4, seed: int = 0, llama_4_scaling: dict | None = None
 ) -> Path:
@@ -186,25 +206,11 @@ def build_deepseek_v2(
     from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
 
     _start(directory, seed)
-    text = TEXT | {"num_key_value_heads": 4}
     config = DeepseekV2Config(
         num_hidden_layers=layers,
-        # vLLM's reference CPU MLA kernel only exists for DeepSeek's latent size, 512 + 64
-        kv_lora_rank=512,
-        q_lora_rank=96,
-        qk_nope_head_dim=32,
-        qk_rope_head_dim=64,
-        v_head_dim=32,
-        first_k_dense_replace=1,
-        n_routed_experts=8,
-        n_shared_experts=1,
-        num_experts_per_tok=2,
-        moe_intermediate_size=64,
         topk_method="greedy",
-        n_group=1,  # vLLM's CPU router always groups; one group is plain top-k
-        topk_group=1,
         norm_topk_prob=False,
-        **text,
+        **DEEPSEEK_TEXT,
     )
 
     def scaling(data: dict) -> None:
@@ -256,22 +262,7 @@ def build_kimi_k25(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     )
 
     _start(directory, seed)
-    text = DeepseekV3Config(
-        num_hidden_layers=layers,
-        kv_lora_rank=512,  # vLLM's reference CPU MLA kernel: DeepSeek's latent size only
-        q_lora_rank=96,
-        qk_nope_head_dim=32,
-        qk_rope_head_dim=64,
-        v_head_dim=32,
-        first_k_dense_replace=1,
-        n_routed_experts=8,
-        n_shared_experts=1,
-        num_experts_per_tok=2,
-        moe_intermediate_size=64,
-        n_group=1,
-        topk_group=1,
-        **(TEXT | {"num_key_value_heads": 4}),
-    )
+    text = DeepseekV3Config(num_hidden_layers=layers, **DEEPSEEK_TEXT)
     vision = Kimi_K25VisionConfig(
         patch_size=14,
         num_attention_heads=2,
