@@ -9,6 +9,7 @@ nothing unless `spec_compat.apply()` ran in the parent and named its patch set i
 from __future__ import annotations
 
 import os
+import sys
 
 from .registry import ENV_PATCHES
 
@@ -33,7 +34,7 @@ def worker_report(worker: object = None) -> dict[str, object]:
         "pid": os.getpid(),
         "start_method": multiprocessing.get_start_method(allow_none=True),
         "spawned": multiprocessing.parent_process() is not None
-        and "__mp_main__" in __import__("sys").modules,
+        and "__mp_main__" in sys.modules,
         "patches": {r.name: r.state.value for r in status() if r.side != "driver"},
         # the shared-memory transport's layout ("per request", "per layer"), once used
         "transport": getattr(worker, "_spec_compat_layout", None),
@@ -43,5 +44,5 @@ def worker_report(worker: object = None) -> dict[str, object]:
 
 
 def _torch_threads() -> int | None:
-    torch = __import__("sys").modules.get("torch")
+    torch = sys.modules.get("torch")  # a worker has it; never import it just to ask
     return None if torch is None else torch.get_num_threads()

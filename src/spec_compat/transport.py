@@ -424,14 +424,20 @@ class Copier:
             raise RuntimeError("spec_compat: copying captured states to the host failed") from error
 
 
-def bad_rows(tensor: Any) -> Any:
-    """How many rows hold a NaN/Inf or are all zeros (a 0-d tensor on the tensor's device; no
-    synchronisation).  The same per-row test as `generate_checks`."""
+def row_faults(tensor: Any) -> tuple[Any, Any]:
+    """Per row: (holds a NaN/Inf, is all zeros).  From each row's max and min, where NaN/Inf
+    propagate and an all-zero row has both 0: no temporary the size of the states."""
     import torch
 
     high, low = tensor.amax(dim=-1), tensor.amin(dim=-1)
-    broken = ~(torch.isfinite(high) & torch.isfinite(low)) | ((high == 0) & (low == 0))
-    return broken.sum()
+    return ~(torch.isfinite(high) & torch.isfinite(low)), (high == 0) & (low == 0)
+
+
+def bad_rows(tensor: Any) -> Any:
+    """How many rows `row_faults` finds (a 0-d tensor on the tensor's device; no
+    synchronisation): the worker's half of `generate_checks`."""
+    nonfinite, zero = row_faults(tensor)
+    return (nonfinite | zero).sum()
 
 
 _handed_over_class: Any = None

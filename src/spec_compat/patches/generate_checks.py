@@ -29,6 +29,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..registry import Patch
+from ..transport import row_faults
 from ._stock import GENERATOR, prompt_lists
 
 log = logging.getLogger("spec_compat")
@@ -81,13 +82,11 @@ def problems_in(results: list[dict], layer_ids: list[int], values: bool = True) 
                 continue
             if not values:
                 continue
-            # per-row max and min: NaN/Inf propagate, all-zero rows have both 0; no temporary
-            # the size of the states (abs() would double host memory for a moment)
-            high, low = states.amax(dim=-1), states.amin(dim=-1)
-            if not bool(torch.isfinite(high).all() and torch.isfinite(low).all()):
+            nonfinite, zero = row_faults(states)
+            if bool(nonfinite.any()):
                 found.append(f"{where}: NaN/Inf in {int((~torch.isfinite(states)).sum())} values")
-            elif bool(((high == 0) & (low == 0)).any()):
-                zero_rows = ((high == 0) & (low == 0)).nonzero().flatten().tolist()
+            elif bool(zero.any()):
+                zero_rows = zero.nonzero().flatten().tolist()
                 found.append(f"{where}: all-zero state at token(s) {zero_rows[:8]}")
         if len(result["hidden_states"]) != len(layer_ids):
             found.append(
