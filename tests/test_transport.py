@@ -16,6 +16,7 @@ from spec_compat.transport import (  # noqa: E402
     CallStore,
     Copier,
     RowMatcher,
+    SegmentPool,
     bad_rows,
     handed_over_class,
 )
@@ -131,3 +132,63 @@ def test_cpu_copier_copies_at_once():
     assert all(torch.equal(g, s[1:]) for g, s in zip(got, sources, strict=True))
     assert copier.pool is None  # nothing ran on a thread
     store.close()
+
+
+def test_segments_are_reused_only_once_no_result_uses_them():
+    before = segments()
+    pool = SegmentPool()
+    attachments = Attachments()
+
+    def call(value: float) -> dict:
+        store = CallStore(1, 2, torch.float32, block_rows=4, per_segment=1, pool=pool)
+        for req_id in ("a", "b"):
+            (view,) = store.rows_for(req_id, 3)
+            store.fill(view, torch.full((3, 2), value))
+        results = attachments.from_reply(store.describe())
+        store.hand_over()
+        return {k: [t.clone() for t in v] for k, v in results.items()}
+
+    first = call(1.0)
+    assert attachments.released() == []  # `first` is alive: nothing may be reused
+    names = set(pool.handed)
+    view_of_first = first["a"][0][1:]  # a view keeps its segment too
+    second = call(2.0)
+    assert not names & {s[0].name for s in pool.spare}
+    assert all(bool((t == 1.0).all()) for v in first.values() for t in v)  # untouched
+    del first  # b's segment is free now; a's is held by the view (one block per segment)
+    free = attachments.released()
+    assert len(free) == 1 and set(free) < names
+    del view_of_first
+    free += attachments.released()
+    assert set(free) == names
+    pool.release(free)
+    assert {s[0].name for s in pool.spare} == names
+    third = call(3.0)  # reuses the first call's pages
+    assert pool.reused == 2 and not pool.spare and names <= set(pool.handed)
+    assert all(bool((t == 3.0).all()) for v in third.values() for t in v)
+    assert all(bool((t == 2.0).all()) for v in second.values() for t in v)
+    del second, third
+    pool.close()
+    assert segments() == before
+
+
+def test_pool_keeps_no_more_spares_than_results_ever_held():
+    before = segments()
+    pool = SegmentPool()
+    attachments = Attachments()
+    stores = [CallStore(1, 2, torch.float32, 4, 1, pool=pool) for _ in range(3)]
+    results = []
+    for store in stores:
+        (view,) = store.rows_for("a", 1)
+        store.fill(view, torch.ones(1, 2))
+        results.append(attachments.from_reply(store.describe()))
+        store.hand_over()
+    assert pool.peak == 3
+    results.clear()
+    pool.release(attachments.released())
+    assert len(pool.spare) == 3  # a pass as large as the last one reuses them all
+    pool.peak = 1  # as if results had only ever been held one call at a time
+    pool.release([])
+    assert len(pool.spare) == 1
+    pool.close()
+    assert segments() == before

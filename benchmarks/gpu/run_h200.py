@@ -65,7 +65,12 @@ def peak_gpu(worker=None) -> int:  # runs in the worker through collective_rpc
 
 
 def transport_layout(worker=None):  # runs in the worker through collective_rpc
-    return getattr(worker, "_spec_compat_layout", None)
+    pool = getattr(worker, "_spec_compat_pool", None)
+    return {
+        "layout": getattr(worker, "_spec_compat_layout", None),
+        "segments_reused": getattr(pool, "reused", 0),
+        "segments_held": len(getattr(pool, "handed", ())) + len(getattr(pool, "spare", ())),
+    }
 
 
 def measure(role: str, model: str, rounds: int, out: str | None) -> None:
@@ -191,13 +196,15 @@ def main() -> None:
         ("B-stock-64", 1, "/tmp/stock.pt"),
         ("B-shm-nochecks", 2, None),
         ("B-shm-t16", 2, None),  # B-shm with 16 host copy threads instead of 8
+        ("B-shm-t4", 3, None),  # B-shm with 4 host copy threads instead of 8
     ]
     roles = os.environ.get("ROLES")
     plan = [p for p in plan if not roles or p[0] in roles.split(",")]
     for role, rounds, dump in plan:
         cmd = [sys.executable, __file__, "--role", role, str(model), str(rounds)]
         cmd += [dump] if dump else []
-        env = os.environ | ({"SPEC_COMPAT_COPY_THREADS": "16"} if role == "B-shm-t16" else {})
+        threads = {"B-shm-t16": "16", "B-shm-t4": "4"}.get(role)
+        env = os.environ | ({"SPEC_COMPAT_COPY_THREADS": threads} if threads else {})
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
         (out_dir / f"{role}.stderr.txt").write_text(proc.stderr[-4_000_000:])
         (out_dir / f"{role}.stdout.txt").write_text(proc.stdout[-4_000_000:])  # vLLM logs here

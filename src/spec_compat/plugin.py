@@ -38,6 +38,7 @@ def worker_report(worker: object = None) -> dict[str, object]:
         "patches": {r.name: r.state.value for r in status() if r.side != "driver"},
         # the shared-memory transport's layout ("per request", "per layer"), once used
         "transport": getattr(worker, "_spec_compat_layout", None),
+        "segments_reused": getattr(getattr(worker, "_spec_compat_pool", None), "reused", 0),
         "torch_threads": _torch_threads(),
         "reserved_cpus": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU"),
     }

@@ -29,6 +29,7 @@ import mmap
 import os
 import queue
 import secrets
+import sys
 import threading
 import weakref
 from collections import deque
@@ -244,9 +245,18 @@ class CallStore:
     written rows take memory); each row range is `posix_fallocate`d before it is written, so
     a full /dev/shm raises `MemoryError` here instead of a SIGBUS in the copy."""
 
-    def __init__(self, layers: int, width: int, dtype: Any, block_rows: int, per_segment: int):
+    def __init__(
+        self,
+        layers: int,
+        width: int,
+        dtype: Any,
+        block_rows: int,
+        per_segment: int,
+        pool: SegmentPool | None = None,
+    ):
         import torch
 
+        self.pool = pool
         self.layers, self.width, self.dtype = layers, width, dtype
         self.block_rows, self.per_segment = block_rows, per_segment
         self.itemsize = torch.empty((), dtype=dtype).element_size()
@@ -289,11 +299,15 @@ class CallStore:
     def _add_segment(self) -> None:
         import torch
 
-        shm = _new_segment(self.per_segment * self.block_elems * self.itemsize)
-        fd = os.open(os.path.join(SHM_DIR, shm.name), os.O_RDWR)
-        with torch.inference_mode(False):  # written from a copy thread, outside inference mode
-            flat = torch.frombuffer(shm.buf, dtype=self.dtype)
-        self.segments.append((shm, flat, fd))
+        nbytes = self.per_segment * self.block_elems * self.itemsize
+        segment = self.pool.take(nbytes, self.dtype) if self.pool is not None else None
+        if segment is None:
+            shm = _new_segment(nbytes)
+            fd = os.open(os.path.join(SHM_DIR, shm.name), os.O_RDWR)
+            with torch.inference_mode(False):  # written from copy threads, outside it
+                flat = torch.frombuffer(shm.buf, dtype=self.dtype)
+            segment = (shm, flat, fd)
+        self.segments.append(segment)
 
     def describe(self) -> dict[str, list[ArenaTensor]]:
         reply = {}
@@ -313,8 +327,61 @@ class CallStore:
             ]
         return reply
 
+    def hand_over(self) -> None:
+        """The driver maps this call's segments now: the pool keeps them until it lets go
+        (without a pool they are unlinked; the driver's mappings keep them alive)."""
+        if self.pool is None:
+            return self.close()
+        self.pool.hand_over(self.segments)
+        self.segments.clear()
+
     def close(self) -> None:
         self._finalizer()
+
+
+class SegmentPool:
+    """Worker side: per-call segments, reused once the driver has let go of their results.
+
+    New memory is the dearest part of the copy: on the H200 host 8 threads wrote ~4.3 GB/s
+    into fresh shared memory (fresh anonymous memory, huge pages or not, was no faster) and
+    ~25 GB/s into memory written before (`benchmarks/gpu/host_memory.py`).  A segment
+    stays mapped here while the driver holds results in it (`handed`); released, it waits
+    in `spare` for the next call.  Spares never outnumber the most segments the driver
+    ever held at once, which is the footprint of the results themselves.  All are
+    unlinked on close, at exit, or by the resource tracker if the worker dies."""
+
+    def __init__(self) -> None:
+        self.handed: dict[str, tuple[Any, Any, int]] = {}
+        self.spare: list[tuple[Any, Any, int]] = []
+        self.peak = 0  # most segments handed over at once
+        self.reused = 0
+        self._finalizer = weakref.finalize(self, _close_pool, self.handed, self.spare)
+
+    def take(self, nbytes: int, dtype: Any) -> tuple[Any, Any, int] | None:
+        for index, segment in enumerate(self.spare):
+            if segment[0].size == nbytes and segment[1].dtype == dtype:
+                self.reused += 1
+                return self.spare.pop(index)
+        return None
+
+    def hand_over(self, segments: list[tuple[Any, Any, int]]) -> None:
+        self.handed.update((segment[0].name, segment) for segment in segments)
+        self.peak = max(self.peak, len(self.handed))
+
+    def release(self, names: list[str]) -> None:
+        """The driver holds no result in `names` any more."""
+        self.spare += [self.handed.pop(n) for n in names if n in self.handed]
+        while self.spare and len(self.spare) + len(self.handed) > self.peak:
+            _close_all([self.spare.pop(0)])
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_pool(handed: dict, spare: list) -> None:
+    _close_all(list(handed.values()))
+    handed.clear()
+    _close_all(spare)
 
 
 def _reserve(fd: int, offset: int, nbytes: int) -> None:
@@ -479,7 +546,7 @@ class Attachments:
 
     def __init__(self) -> None:
         self.segments: dict[str, tuple[mmap.mmap, Any]] = {}
-        self.call_segments: dict[str, mmap.mmap] = {}
+        self.handed: dict[str, mmap.mmap] = {}  # per-call segments, while results use them
         atexit.register(self.close)
 
     def flat(self, name: str, dtype: Any) -> Any:
@@ -506,10 +573,10 @@ class Attachments:
         tensors keep the mapping alive; the worker unlinks the segment."""
         import torch
 
-        mapping = self.call_segments.get(desc.segment)
+        mapping = self.handed.get(desc.segment)
         if mapping is None:
             with open(os.path.join(SHM_DIR, desc.segment), "r+b") as fh:
-                mapping = self.call_segments[desc.segment] = mmap.mmap(fh.fileno(), 0)
+                mapping = self.handed[desc.segment] = mmap.mmap(fh.fileno(), 0)
         rows, width = desc.shape
         itemsize = torch.empty((), dtype=dtype).element_size()
         if rows == 0:
@@ -522,12 +589,18 @@ class Attachments:
         return flat.view(rows, width).as_subclass(handed_over_class())
 
     def from_reply(self, payload: Any) -> Any:
-        """`from_descriptors` for one RPC reply; per-call mappings are then left to the
-        tensors made from them."""
-        try:
-            return self.from_descriptors(payload)
-        finally:
-            self.call_segments.clear()
+        return self.from_descriptors(payload)
+
+    def released(self) -> list[str]:
+        """Per-call segments no result uses any more, forgotten here so that the worker may
+        reuse them.  Every tensor `take` made holds its segment's mapping (`torch.frombuffer`
+        keeps the buffer alive, views share the storage), so a mapping that only this table
+        references has no live result."""
+        # the references counted: this table's and getrefcount's argument
+        free = [name for name in self.handed if sys.getrefcount(self.handed[name]) <= 2]
+        for name in free:
+            del self.handed[name]
+        return free
 
     def from_descriptors(self, payload: Any) -> Any:
         if isinstance(payload, ArenaTensor):

@@ -12,6 +12,9 @@ How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_r
       (``spec_compat_worker_checks``);
     - per-layer replies (0.3.0): views of the worker's arena (attached once, reused), which
       the stock driver clones as it always did.
+    When a call starts, per-call segments that no live result uses are named to the
+    workers (``_spec_compat_recycle``), which reuse them: memory written before is several
+    times faster to fill than fresh memory.
     Values are bitwise the stock ones.  A reply without descriptors (the worker fell back)
     passes through untouched.  Attachments close on ``shutdown()`` and at exit.
 Upstream change: none.
@@ -44,6 +47,10 @@ def wrap(original: type) -> type:
 
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
             reply = super().collective_rpc(method, *args, **kwargs)
+            attachments = self._spec_compat_attachments
+            # a new call: segments whose results are gone go back to the workers for reuse
+            if method == "_reset_capture" and attachments and (free := attachments.released()):
+                super().collective_rpc("_spec_compat_recycle", args=(free,))
             if method != "_get_captured_states" or kwargs.get("non_block"):
                 return reply
             if self._spec_compat_attachments is None:

@@ -41,6 +41,7 @@ from ..transport import (
     CallStore,
     Copier,
     RowMatcher,
+    SegmentPool,
     adjacent_view,
     bad_rows,
     shm_free_bytes,
@@ -88,6 +89,7 @@ def wrap(original: type) -> type:
         _spec_compat_call: tuple[CallStore, RowMatcher] | None = None  # per request (0.4.x)
         _spec_compat_done: CallStore | None = None  # the last call's, until the next starts
         _spec_compat_copier: Copier | None = None
+        _spec_compat_pool: SegmentPool | None = None  # per-call segments, for reuse
         _spec_compat_bad: Any = 0  # rows failing generate_checks' value test, this call
         _spec_compat_layout: str | None = None
 
@@ -162,7 +164,10 @@ def wrap(original: type) -> type:
             block_rows = getattr(model, "max_model_len", None) or like[0].shape[0]
             per_segment = getattr(scheduler, "max_num_seqs", None) or 32
             width, dtype = like[0].shape[1], like[0].dtype
-            return CallStore(len(like), width, dtype, block_rows, per_segment)
+            if self._spec_compat_pool is None:
+                self._spec_compat_pool = SegmentPool()
+            pool = self._spec_compat_pool
+            return CallStore(len(like), width, dtype, block_rows, per_segment, pool)
 
         def _spec_compat_reply_by_request(self) -> dict:
             store, matcher = self._spec_compat_call
@@ -178,16 +183,22 @@ def wrap(original: type) -> type:
             return reply
 
         def _spec_compat_end_call(self) -> None:
-            """Before a call: unlink the last call's segments (the driver has mapped them)
+            """Before a call: pool the last call's segments (the driver has mapped them)
             and drop what a failed call left."""
             if self._spec_compat_copier is not None:
                 with contextlib.suppress(RuntimeError):
                     self._spec_compat_copier.drain()
-            for store in (self._spec_compat_done, *(self._spec_compat_call or ())[:1]):
-                if store is not None:
-                    store.close()
+            if self._spec_compat_done is not None:  # the driver maps it: pooled till released
+                self._spec_compat_done.hand_over()
+            if self._spec_compat_call is not None:  # a failed call: nobody maps it
+                self._spec_compat_call[0].close()
             self._spec_compat_call = self._spec_compat_done = None
             self._spec_compat_bad = 0
+
+        def _spec_compat_recycle(self, names: list[str]) -> None:
+            """The driver holds no result in these segments any more: reuse them."""
+            if self._spec_compat_pool is not None:
+                self._spec_compat_pool.release(names)
 
         # -- per layer (0.3.0) ----------------------------------------------------------
         def _spec_compat_arena_for(self, tensors: list[Any]) -> Arena | None:
