@@ -153,7 +153,7 @@ def test_segments_are_reused_only_once_no_result_uses_them():
     names = set(pool.handed)
     view_of_first = first["a"][0][1:]  # a view keeps its segment too
     second = call(2.0)
-    assert not names & {s[0].name for s in pool.spare}
+    assert not names & {s.shm.name for s in pool.spare}
     assert all(bool((t == 1.0).all()) for v in first.values() for t in v)  # untouched
     del first  # b's segment is free now; a's is held by the view (one block per segment)
     free = attachments.released()
@@ -162,7 +162,7 @@ def test_segments_are_reused_only_once_no_result_uses_them():
     free += attachments.released()
     assert set(free) == names
     pool.release(free)
-    assert {s[0].name for s in pool.spare} == names
+    assert {s.shm.name for s in pool.spare} == names
     third = call(3.0)  # reuses the first call's pages
     assert pool.reused == 2 and not pool.spare and names <= set(pool.handed)
     assert all(bool((t == 3.0).all()) for v in third.values() for t in v)

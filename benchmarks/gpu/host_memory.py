@@ -100,7 +100,8 @@ def main() -> None:
             for kind in ("shm-fresh", "shm-populated", "anon-4k", "anon-thp"):
                 started = time.perf_counter()
                 if kind.startswith("shm"):
-                    dst, mapping = shm_flat(f"hm_{round_}_{threads}_{kind}", kind == "shm-populated")
+                    name = f"hm_{round_}_{threads}_{kind}"
+                    dst, mapping = shm_flat(name, kind == "shm-populated")
                 else:
                     dst, mapping = anon_flat(kind == "anon-thp"), None
                 setup = time.perf_counter() - started

@@ -22,6 +22,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 LAYERS = [2, 8, 13, 15]
 TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
 CHECKS = ["generate_checks"]  # B-shm-nochecks: what the NaN/zero/row checks cost
+#: transport settings of the B-shm variants (defaults: 8 threads, a task per layer)
+ROLE_ENV = {
+    "B-shm-t16": {"SPEC_COMPAT_COPY_THREADS": "16"},
+    "B-shm-t4": {"SPEC_COMPAT_COPY_THREADS": "4"},
+    "B-shm-t2": {"SPEC_COMPAT_COPY_THREADS": "2"},
+    "B-shm-pieces-t4": {"SPEC_COMPAT_COPY_THREADS": "4", "SPEC_COMPAT_COPY_MODE": "pieces"},
+}
 
 
 def build_model(directory: Path) -> None:
@@ -197,14 +204,15 @@ def main() -> None:
         ("B-shm-nochecks", 2, None),
         ("B-shm-t16", 2, None),  # B-shm with 16 host copy threads instead of 8
         ("B-shm-t4", 3, None),  # B-shm with 4 host copy threads instead of 8
+        ("B-shm-t2", 3, None),  # B-shm with 2 host copy threads
+        ("B-shm-pieces-t4", 3, None),  # 4 threads splitting a step by pieces, not layers
     ]
     roles = os.environ.get("ROLES")
     plan = [p for p in plan if not roles or p[0] in roles.split(",")]
     for role, rounds, dump in plan:
         cmd = [sys.executable, __file__, "--role", role, str(model), str(rounds)]
         cmd += [dump] if dump else []
-        threads = {"B-shm-t16": "16", "B-shm-t4": "4"}.get(role)
-        env = os.environ | ({"SPEC_COMPAT_COPY_THREADS": threads} if threads else {})
+        env = os.environ | ROLE_ENV.get(role, {})
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
         (out_dir / f"{role}.stderr.txt").write_text(proc.stderr[-4_000_000:])
         (out_dir / f"{role}.stdout.txt").write_text(proc.stdout[-4_000_000:])  # vLLM logs here

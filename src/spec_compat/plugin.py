@@ -33,8 +33,7 @@ def worker_report(worker: object = None) -> dict[str, object]:
     return {
         "pid": os.getpid(),
         "start_method": multiprocessing.get_start_method(allow_none=True),
-        "spawned": multiprocessing.parent_process() is not None
-        and "__mp_main__" in sys.modules,
+        "spawned": multiprocessing.parent_process() is not None and "__mp_main__" in sys.modules,
         "patches": {r.name: r.state.value for r in status() if r.side != "driver"},
         # the shared-memory transport's layout ("per request", "per layer"), once used
         "transport": getattr(worker, "_spec_compat_layout", None),

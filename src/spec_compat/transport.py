@@ -40,6 +40,8 @@ PREFIX = "spec_compat_"
 SHM_DIR = "/dev/shm"
 #: key of a per-request reply that carries how many rows failed the worker's value test
 WORKER_CHECKED = "spec_compat:bad_rows"
+#: how copy threads split a step (GPU): "layers" (a task per layer) or "pieces"
+COPY_MODE = os.environ.get("SPEC_COMPAT_COPY_MODE", "layers")
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,17 @@ class RowMatcher:
         return [req_id for req_id, _ in self.claims]
 
 
+@dataclass
+class Segment:
+    """A per-call segment as the worker holds it: mapped, with an fd for `posix_fallocate`
+    and, per run of rows, how far its pages are reserved (kept across reuse)."""
+
+    shm: Any
+    flat: Any
+    fd: int
+    reserved: dict[int, int]
+
+
 class CallStore:
     """One call's captured rows, request by request, in fresh shared memory.
 
@@ -261,7 +274,7 @@ class CallStore:
         self.block_rows, self.per_segment = block_rows, per_segment
         self.itemsize = torch.empty((), dtype=dtype).element_size()
         self.block_elems = layers * block_rows * width
-        self.segments: list[tuple[Any, Any, int]] = []  # (shm, flat tensor, fd)
+        self.segments: list[Segment] = []
         self.blocks: dict[str, list[int]] = {}  # request id -> [block number, rows filled]
         self._finalizer = weakref.finalize(self, _close_all, self.segments)
 
@@ -277,7 +290,7 @@ class CallStore:
         segment, slot = divmod(number, self.per_segment)
         while segment >= len(self.segments):
             self._add_segment()
-        flat = self.segments[segment][1]
+        flat = self.segments[segment].flat
         views = []
         for layer in range(self.layers):
             start = ((slot * self.layers + layer) * self.block_rows + filled) * self.width
@@ -287,14 +300,26 @@ class CallStore:
 
     def fill(self, dst: Any, src: Any) -> None:
         """Copy `src` into `dst` (a `rows_for` view), reserving its pages first."""
-        if dst.numel():
-            address = dst.data_ptr()
-            for _, flat, fd in self.segments:
-                base = flat.data_ptr()
-                if base <= address < base + flat.numel() * self.itemsize:
-                    _reserve(fd, address - base, dst.numel() * self.itemsize)
-                    break
+        self.reserve(dst)
         dst.copy_(src)
+
+    def reserve(self, dst: Any) -> None:
+        """Reserve the pages of `dst` (a `rows_for` view) unless an earlier fill of its run
+        did: a run is filled from its start, so what is reserved is a prefix of it."""
+        if not dst.numel():
+            return
+        address = dst.data_ptr()
+        run_bytes = self.block_rows * self.width * self.itemsize
+        for segment in self.segments:
+            base = segment.flat.data_ptr()
+            if base <= address < base + segment.flat.numel() * self.itemsize:
+                offset = address - base
+                end = offset + dst.numel() * self.itemsize
+                run = offset // run_bytes
+                if segment.reserved.get(run, 0) < end:
+                    _reserve(segment.fd, offset, end - offset)
+                    segment.reserved[run] = end
+                return
 
     def _add_segment(self) -> None:
         import torch
@@ -306,14 +331,14 @@ class CallStore:
             fd = os.open(os.path.join(SHM_DIR, shm.name), os.O_RDWR)
             with torch.inference_mode(False):  # written from copy threads, outside it
                 flat = torch.frombuffer(shm.buf, dtype=self.dtype)
-            segment = (shm, flat, fd)
+            segment = Segment(shm, flat, fd, {})
         self.segments.append(segment)
 
     def describe(self) -> dict[str, list[ArenaTensor]]:
         reply = {}
         for req_id, (number, filled) in self.blocks.items():
             segment, slot = divmod(number, self.per_segment)
-            name = self.segments[segment][0].name if self.segments else ""
+            name = self.segments[segment].shm.name if self.segments else ""
             reply[req_id] = [
                 ArenaTensor(
                     name,
@@ -351,21 +376,21 @@ class SegmentPool:
     unlinked on close, at exit, or by the resource tracker if the worker dies."""
 
     def __init__(self) -> None:
-        self.handed: dict[str, tuple[Any, Any, int]] = {}
-        self.spare: list[tuple[Any, Any, int]] = []
+        self.handed: dict[str, Segment] = {}
+        self.spare: list[Segment] = []
         self.peak = 0  # most segments handed over at once
         self.reused = 0
         self._finalizer = weakref.finalize(self, _close_pool, self.handed, self.spare)
 
-    def take(self, nbytes: int, dtype: Any) -> tuple[Any, Any, int] | None:
+    def take(self, nbytes: int, dtype: Any) -> Segment | None:
         for index, segment in enumerate(self.spare):
-            if segment[0].size == nbytes and segment[1].dtype == dtype:
+            if segment.shm.size == nbytes and segment.flat.dtype == dtype:
                 self.reused += 1
                 return self.spare.pop(index)
         return None
 
-    def hand_over(self, segments: list[tuple[Any, Any, int]]) -> None:
-        self.handed.update((segment[0].name, segment) for segment in segments)
+    def hand_over(self, segments: list[Segment]) -> None:
+        self.handed.update((segment.shm.name, segment) for segment in segments)
         self.peak = max(self.peak, len(self.handed))
 
     def release(self, names: list[str]) -> None:
@@ -396,11 +421,11 @@ def _reserve(fd: int, offset: int, nbytes: int) -> None:
         ) from exc
 
 
-def _close_all(segments: list[tuple[Any, Any, int]]) -> None:
+def _close_all(segments: list[Segment]) -> None:
     while segments:
-        shm, flat, fd = segments.pop()
-        os.close(fd)
-        _close(shm, flat, pinned=False)
+        segment = segments.pop()
+        os.close(segment.fd)
+        _close(segment.shm, segment.flat, pinned=False)
 
 
 class Copier:
@@ -448,9 +473,24 @@ class Copier:
                 buffer.copy_(source, non_blocking=True)
                 source.record_stream(self.stream)  # not reused before the copy is done
             slot["staged"].record(self.stream)
+        lock = threading.Lock()
+        if COPY_MODE == "layers":
+            # one task per layer (or group of layers): each moves all of its layer's pieces
+            # with one `_foreach_copy_`, so a copy thread takes the GIL a few times a step
+            # instead of several times per piece, and the forward's thread keeps it
+            per_layer = [
+                ([views[layer] for views, _, _ in pieces],
+                 [staged[layer][first : first + rows] for _, first, rows in pieces])
+                for layer in range(len(staged))
+            ]  # fmt: skip
+            tasks = min(self.threads, len(per_layer))
+            slot["left"] = tasks
+            for i in range(tasks):
+                group = per_layer[i::tasks]
+                self.futures.append(self.pool.submit(self._fill_layers, store, slot, group, lock))
+            return
         groups = [pieces[i :: self.threads] for i in range(min(self.threads, len(pieces)))]
         slot["left"] = len(groups)
-        lock = threading.Lock()
         for group in groups:
             self.futures.append(self.pool.submit(self._fill, store, slot, staged, group, lock))
 
@@ -478,10 +518,26 @@ class Copier:
                     for view, source in zip(views, staged, strict=True):
                         store.fill(view, source[first : first + rows])
         finally:
-            with lock:
-                slot["left"] -= 1
-                if slot["left"] == 0:
-                    self.free.put(slot)
+            self._release(slot, lock)
+
+    def _fill_layers(self, store: CallStore, slot: dict, group: list, lock) -> None:
+        import torch
+
+        try:
+            slot["staged"].synchronize()
+            with torch.inference_mode():
+                for views, sources in group:
+                    for view in views:
+                        store.reserve(view)
+                    torch._foreach_copy_(views, sources)
+        finally:
+            self._release(slot, lock)
+
+    def _release(self, slot: dict, lock) -> None:
+        with lock:
+            slot["left"] -= 1
+            if slot["left"] == 0:
+                self.free.put(slot)
 
     def drain(self) -> None:
         """Wait for every submitted copy; raise the first copy error, if any."""
