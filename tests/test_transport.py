@@ -17,7 +17,7 @@ from spec_compat.transport import (  # noqa: E402
     Copier,
     RowMatcher,
     SegmentPool,
-    bad_rows,
+    bad_row_flags,
     handed_over_class,
 )
 
@@ -113,13 +113,16 @@ def test_a_full_shm_raises_memory_error_not_sigbus(monkeypatch):
     store.close()
 
 
-def test_bad_rows_counts_nan_inf_and_zero_rows():
-    states = torch.ones(5, 4)
-    states[1, 0] = float("nan")
-    states[2, 3] = float("-inf")
-    states[4] = 0
-    assert int(bad_rows(states)) == 3
-    assert int(bad_rows(torch.ones(3, 4))) == 0
+def test_bad_row_flags_mark_nan_inf_and_zero_rows_of_any_layer():
+    first, second = torch.ones(6, 4), torch.ones(6, 4)
+    first[1, 0] = float("nan")
+    second[2, 3] = float("-inf")
+    first[4] = 0
+    second[5, 1] = float("inf")
+    second[0] = 0.0
+    second[0, 2] = -1.0  # zeros but one: not an all-zero row
+    assert bad_row_flags([first, second]).tolist() == [False, True, True, False, True, True]
+    assert not bad_row_flags([torch.ones(3, 4)]).any()
 
 
 def test_cpu_copier_copies_at_once():

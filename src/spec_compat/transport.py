@@ -500,7 +500,9 @@ class Copier:
         rows = sources[0].shape[0]
         if self.free.empty() and self.slots < self.depth:
             self.slots += 1
-            self.free.put({"buffers": [], "staged": torch.cuda.Event()})
+            # a blocking event: waiting copy threads sleep instead of polling the driver,
+            # whose locks the forward's kernel launches need
+            self.free.put({"buffers": [], "staged": torch.cuda.Event(blocking=True)})
         slot = self.free.get()  # blocks while every slot's pieces are still being copied
         if not slot["buffers"] or slot["buffers"][0].shape[0] < rows:
             slot["buffers"] = [
@@ -556,11 +558,16 @@ def row_faults(tensor: Any) -> tuple[Any, Any]:
     return ~(torch.isfinite(high) & torch.isfinite(low)), (high == 0) & (low == 0)
 
 
-def bad_rows(tensor: Any) -> Any:
-    """How many rows `row_faults` finds (a 0-d tensor on the tensor's device; no
-    synchronisation): the worker's half of `generate_checks`."""
-    nonfinite, zero = row_faults(tensor)
-    return (nonfinite | zero).sum()
+def bad_row_flags(layers: list[Any]) -> Any:
+    """Per row of a step's captured layers: does `row_faults` find it in any layer (a bool
+    tensor on their device; no synchronisation): the worker's half of `generate_checks`,
+    in ~20 kernel launches a step however many requests share it."""
+    import torch
+
+    high = torch.stack([t.amax(dim=-1) for t in layers])
+    low = torch.stack([t.amin(dim=-1) for t in layers])
+    nonfinite = ~(torch.isfinite(high) & torch.isfinite(low))
+    return (nonfinite | ((high == 0) & (low == 0))).any(dim=0)
 
 
 _handed_over_class: Any = None

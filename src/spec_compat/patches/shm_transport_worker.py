@@ -43,7 +43,7 @@ from ..transport import (
     RowMatcher,
     SegmentPool,
     adjacent_view,
-    bad_rows,
+    bad_row_flags,
     shm_free_bytes,
     to_descriptors,
 )
@@ -79,6 +79,12 @@ def _cat(pieces: list[Any]) -> Any:
         return pieces[0]
     view = adjacent_view(pieces, 0)
     return torch.cat(pieces, dim=0) if view is None else view
+
+
+class _Chunk(list):
+    """One step's captured tensors (per layer), with their rows' `bad_row_flags`."""
+
+    bad: Any = None
 
 
 def wrap(original: type) -> type:
@@ -142,7 +148,10 @@ def wrap(original: type) -> type:
                 self._spec_compat_call = (store, RowMatcher())
                 self._spec_compat_layout = "per request"
             store, matcher = self._spec_compat_call
-            pieces, spans = matcher.feed(list(aux_hidden_states), self._request_metadata[seen:])
+            step = _Chunk(aux_hidden_states)
+            if step and step[0].shape[0]:
+                step.bad = bad_row_flags(step)
+            pieces, spans = matcher.feed(step, self._request_metadata[seen:])
             if self._spec_compat_copier is None:
                 self._spec_compat_copier = Copier(threads=COPY_THREADS)
             by_source: dict[int, tuple[list[Any], list[Any]]] = {}
@@ -152,9 +161,8 @@ def wrap(original: type) -> type:
                     by_source.setdefault(id(source), (source, []))[1].append((views, first, rows))
             for source, step_pieces in by_source.values():
                 self._spec_compat_copier.submit(store, source, step_pieces)
-            for layers, start, end in spans:
-                for tensor in layers:
-                    self._spec_compat_bad = self._spec_compat_bad + bad_rows(tensor[start:end])
+            for chunk, start, end in spans:  # rows handed out: count the faulty ones
+                self._spec_compat_bad = self._spec_compat_bad + chunk.bad[start:end].sum()
             return result
 
         def _spec_compat_new_store(self, like: list[Any]) -> CallStore:
