@@ -214,10 +214,11 @@ def main() -> None:
         cmd += [dump] if dump else []
         env = os.environ | ROLE_ENV.get(role, {})
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-        (out_dir / f"{role}.stderr.txt").write_text(proc.stderr[-4_000_000:])
-        (out_dir / f"{role}.stdout.txt").write_text(proc.stdout[-4_000_000:])  # vLLM logs here
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
+            # logs of failed roles only: the device returns at most 8 files, h200.json first
+            (out_dir / f"{role}.stderr.txt").write_text(proc.stderr[-4_000_000:])
+            (out_dir / f"{role}.stdout.txt").write_text(proc.stdout[-4_000_000:])
             errors = [ln for ln in proc.stderr.splitlines() if "rror" in ln]
             print(f"{role} FAILED ({proc.returncode}):\n" + "\n".join(errors[-40:]), flush=True)
             summary["runs"].append({"role": role, "failed": proc.stderr[-3000:]})

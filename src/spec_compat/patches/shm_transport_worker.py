@@ -11,11 +11,13 @@ How: the name ``HiddenStatesWorkerExtension`` in the stock worker module (which 
     rows to host shared memory as they are stored, and whose ``_get_captured_states``
     returns descriptors (``spec_compat.transport.ArenaTensor``) instead of bytes:
     - 0.4.x: the stock bookkeeping runs, then the step's rows go straight to their
-      requests' blocks in this call's fresh segments (``CallStore``; the stock row-to-
-      request rule replayed step by step by ``RowMatcher``), from a side thread and CUDA
-      stream on GPUs, while the next step computes.  The rows are also tested for NaN/Inf
-      and all-zero rows where they are (on the GPU), so ``generate_checks`` need not read
-      them again; the count travels in the reply.  The driver takes the blocks over.
+      requests' blocks in this call's segments (``CallStore``; the stock row-to-request
+      rule replayed step by step by ``RowMatcher``), on GPUs staged by a side CUDA stream
+      and moved by host threads while the next step computes.  The driver takes the
+      blocks over as its results; segments whose results it has dropped come back for
+      reuse (``SegmentPool``), since fresh memory is the dearest part of the copy.  The
+      rows are also tested for NaN/Inf and all-zero rows where they are (on the GPU), so
+      ``generate_checks`` need not read them again; the count travels in the reply.
     - 0.3.0: rows go to a reused per-worker arena, pinned on GPUs; the stock per-layer
       concatenation becomes a view of it, which the driver clones as it always did.
     It falls back to the stock path when the driver half is not selected or ``/dev/shm`` is
@@ -51,8 +53,8 @@ from ._stock import WORKER
 
 log = logging.getLogger(__name__)
 DRIVER_HALF = "shm_transport_driver"
-#: host threads that move staged rows into the call's blocks (GPU platforms)
-COPY_THREADS = int(os.environ.get("SPEC_COMPAT_COPY_THREADS", min(8, (os.cpu_count() or 2) // 2)))
+#: host threads that move staged rows into the call's blocks (GPU platforms; a layer each)
+COPY_THREADS = int(os.environ.get("SPEC_COMPAT_COPY_THREADS", min(4, (os.cpu_count() or 2) // 2)))
 METHODS = ("_reset_capture", "_store_captured_states", "_get_captured_states")
 
 

@@ -49,7 +49,8 @@ def wrap(original: Any) -> Any:
         for index, (prompt, result) in enumerate(
             zip(prompt_lists(token_ids), ordered, strict=True)
         ):
-            if result["input_ids"].tolist() != [int(t) for t in prompt[:max_len]]:
+            got, want = result["input_ids"].tolist(), prompt[:max_len]
+            if got != want and got != [int(t) for t in want]:  # (want: list, maybe not of int)
                 raise ResultOrderError(f"result for prompt {index} holds another prompt's ids")
         return ordered
 
