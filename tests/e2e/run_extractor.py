@@ -108,6 +108,8 @@ def main() -> None:
             "status": status,
             "seconds": timings,
             "worker_checks": checks,
+            # "set" where prompts are block-hashed (request_block_hashes_off turns it off)
+            "block_hasher": None if getattr(generator, "block_hasher", None) is None else "set",
         },
         spec["out"],
     )

@@ -42,6 +42,15 @@ def test_patched_stock_extractor_matches_the_oracle(
     print(f"max relative error {worst:.2e}; seconds {patched_run.data['seconds']}")
 
 
+def test_prompts_are_not_block_hashed_with_prefix_caching_off(patched_run):
+    """request_block_hashes_off: the stock 0.4.x generator builds a block hasher although it
+    turns prefix caching off; with the patch no request is hashed (and the oracle test
+    above still matches)."""
+    if patch_states(patched_run).get("request_block_hashes_off") != "applied":
+        pytest.skip("this speculators line builds no block hasher")
+    assert patched_run.data["block_hasher"] is None
+
+
 def test_no_patch_reports_unsupported_drift(patched_run):
     states = {r["name"]: r["state"] for r in patched_run.data["status"]}
     assert "unsupported drift" not in states.values()
