@@ -34,6 +34,26 @@ def test_v030_chunked_prefill_is_exact_with_the_patch(
     print(f"chunked-prefill mix: max relative error {worst:.2e}")
     assert worst <= TOLERANCE
 
+    # ... and without the fix and its guards, the stock 0.3.0 loop silently returns wrong
+    # hidden states (test_v030_guards_refuse_what_the_stock_loop_shifts: each guard alone)
+    silent = run_stock(
+        speculators_dir,
+        tiny_llama,
+        long_prompts,
+        LAYERS,
+        max_model_len=LONG_MODEL_LEN,
+        exclude=["v030_whole_prompt_prefill", "v030_capture_guard", "generate_checks"],
+    )
+    assert silent.returncode == 0, silent.tail
+    assert outcome(silent, long_prompts, long_oracle) == "mismatch"
+
+
+@pytest.mark.exhaustive
+def test_v030_guards_refuse_what_the_stock_loop_shifts(
+    line, speculators_dir, tiny_llama, long_prompts
+):
+    if not line.startswith("0.3"):
+        pytest.skip("speculators 0.3.0 only")
     # Without the fix, the guard refuses instead of returning shifted states ...
     guarded = run_stock(
         speculators_dir,
@@ -57,18 +77,6 @@ def test_v030_chunked_prefill_is_exact_with_the_patch(
     )
     assert checked.returncode != 0
     assert "CorruptHiddenStates" in checked.log and "rows for" in checked.log
-
-    # ... and without all three, the stock 0.3.0 loop silently returns wrong hidden states.
-    silent = run_stock(
-        speculators_dir,
-        tiny_llama,
-        long_prompts,
-        LAYERS,
-        max_model_len=LONG_MODEL_LEN,
-        exclude=["v030_whole_prompt_prefill", "v030_capture_guard", "generate_checks"],
-    )
-    assert silent.returncode == 0, silent.tail
-    assert outcome(silent, long_prompts, long_oracle) == "mismatch"
 
 
 def test_results_in_input_order_and_more_than_32_prompts(line, speculators_dir, tiny_llama):
@@ -115,6 +123,7 @@ def test_batch_sizes_shared_prefixes_and_length_limits(line, speculators_dir, ti
     )
 
 
+@pytest.mark.exhaustive
 def test_bad_input_is_refused_clearly_and_loses_nothing(
     speculators_dir, tiny_llama, short_prompts, short_oracle
 ):
@@ -133,6 +142,7 @@ def test_bad_input_is_refused_clearly_and_loses_nothing(
     assert compare(outputs[3], short_prompts[:3], short_oracle[:3]) <= TOLERANCE
 
 
+@pytest.mark.exhaustive
 def test_layer_out_of_range_is_refused_before_the_engine_starts(speculators_dir, tiny_llama):
     run = run_stock(speculators_dir, tiny_llama, [[7, 8, 9]], [0, 4])
     assert run.returncode != 0

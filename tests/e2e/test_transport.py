@@ -25,6 +25,7 @@ def segments() -> set[str]:
     return set(glob.glob("/dev/shm/spec_compat_*"))
 
 
+@pytest.mark.exhaustive
 def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
     before = segments()
     prompts = tiny_models.random_prompts(48, 2, 500, seed=21)
