@@ -22,12 +22,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 LAYERS = [2, 8, 13, 15]
 TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
 CHECKS = ["generate_checks"]  # B-shm-nochecks: what the NaN/zero/row checks cost
-#: transport settings of the B-shm variants (defaults: 8 threads, a task per layer)
+#: copy threads of the B-shm variants (default: 4, a layer each)
 ROLE_ENV = {
-    "B-shm-t16": {"SPEC_COMPAT_COPY_THREADS": "16"},
-    "B-shm-t4": {"SPEC_COMPAT_COPY_THREADS": "4"},
+    "B-shm-t8": {"SPEC_COMPAT_COPY_THREADS": "8"},
     "B-shm-t2": {"SPEC_COMPAT_COPY_THREADS": "2"},
-    "B-shm-pieces-t4": {"SPEC_COMPAT_COPY_THREADS": "4", "SPEC_COMPAT_COPY_MODE": "pieces"},
 }
 
 
@@ -202,10 +200,8 @@ def main() -> None:
         # (spec_compat cuts every call into 32-prompt calls: these are the same two)
         ("B-stock-64", 1, "/tmp/stock.pt"),
         ("B-shm-nochecks", 2, None),
-        ("B-shm-t16", 2, None),  # B-shm with 16 host copy threads instead of 8
-        ("B-shm-t4", 3, None),  # B-shm with 4 host copy threads instead of 8
+        ("B-shm-t8", 3, None),  # B-shm with 8 host copy threads (4 layers: 4 busy)
         ("B-shm-t2", 3, None),  # B-shm with 2 host copy threads
-        ("B-shm-pieces-t4", 3, None),  # 4 threads splitting a step by pieces, not layers
     ]
     roles = os.environ.get("ROLES")
     plan = [p for p in plan if not roles or p[0] in roles.split(",")]
