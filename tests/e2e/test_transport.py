@@ -25,6 +25,16 @@ def segments() -> set[str]:
     return set(glob.glob("/dev/shm/spec_compat_*"))
 
 
+def leaked(before: set[str], grace: float = 60.0) -> set[str]:
+    """Segments made since `before` that are still there after `grace` seconds: a killed
+    worker's are unlinked by its resource tracker once that notices, which on a loaded
+    machine can take more than a moment."""
+    deadline = time.monotonic() + grace
+    while (left := segments() - before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
 @pytest.mark.exhaustive
 def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
     before = segments()
@@ -58,7 +68,7 @@ def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
                 # each result owns exactly its bytes (as the stock clones do): saving one
                 # must not save a whole shared segment
                 assert x.untyped_storage().nbytes() == x.numel() * x.element_size()
-    assert segments() <= before
+    assert not leaked(before)
 
 
 @pytest.mark.exhaustive
@@ -68,7 +78,7 @@ def test_no_segment_leaks_after_a_failed_call(speculators_dir, tiny_llama, short
         speculators_dir, tiny_llama, short_prompts, LAYERS, extra={"fail_after_first": True}
     )
     assert run.returncode != 0 and "failing on purpose" in run.log
-    assert segments() <= before
+    assert not leaked(before)
 
 
 @pytest.mark.exhaustive
@@ -104,8 +114,7 @@ def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompt
     finally:
         if proc.poll() is None:
             proc.kill()
-    time.sleep(2)  # the resource tracker unlinks after its last client is gone
-    assert segments() <= before
+    assert not leaked(before)
 
 
 @pytest.mark.exhaustive
@@ -137,4 +146,4 @@ def test_tensor_parallel_2_captures_on_rank_0_and_matches_the_oracle(
     rank0, rank1 = run.data["worker"]
     assert rank0["transport"] == ("per layer" if line.startswith("0.3") else "per request")
     assert rank1["transport"] is None
-    assert segments() <= before
+    assert not leaked(before)
