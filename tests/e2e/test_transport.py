@@ -97,12 +97,17 @@ def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompt
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
     env = os.environ | {"PYTHONPATH": str(speculators_dir), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, str(RUNNER), str(spec_file)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = tmp_path / "log.txt"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, str(RUNNER), str(spec_file)],
+            env=env,
+            stdout=sink,
+            stderr=sink,
+            # Ctrl-C as a terminal delivers it: a test run started in the background (`&`)
+            # ignores SIGINT, and the child would inherit that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         deadline = time.monotonic() + 300
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -110,7 +115,10 @@ def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompt
         assert marker.exists(), "the extractor never reached its first result"
         assert segments() - before, "no segment while the extractor is alive"
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=120)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail("still running 90 s after Ctrl-C:\n" + log.read_text()[-3000:])
     finally:
         if proc.poll() is None:
             proc.kill()
