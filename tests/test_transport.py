@@ -78,7 +78,7 @@ def test_call_store_results_are_exact_owned_and_cleaned_up():
     reply = store.describe()
     assert len(segments() - before) == 2  # three blocks, two per segment
     attachments = Attachments()
-    results = attachments.from_reply(pickle.loads(pickle.dumps(reply)))
+    results = attachments.from_descriptors(pickle.loads(pickle.dumps(reply)))
     store.close()  # the worker unlinks; the driver's tensors keep their memory
     assert segments() == before
     for req_id, layers in data.items():
@@ -131,7 +131,7 @@ def test_cpu_copier_copies_at_once():
     copier = Copier()
     copier.submit(store, sources, [(store.rows_for("a", 3), 1, 3)])
     copier.drain()
-    got = Attachments().from_reply(store.describe())["a"]
+    got = Attachments().from_descriptors(store.describe())["a"]
     assert all(torch.equal(g, s[1:]) for g, s in zip(got, sources, strict=True))
     assert copier.pool is None  # nothing ran on a thread
     store.close()
@@ -147,7 +147,7 @@ def test_segments_are_reused_only_once_no_result_uses_them():
         for req_id in ("a", "b"):
             (view,) = store.rows_for(req_id, 3)
             store.fill(view, torch.full((3, 2), value))
-        results = attachments.from_reply(store.describe())
+        results = attachments.from_descriptors(store.describe())
         store.hand_over()
         return {k: [t.clone() for t in v] for k, v in results.items()}
 
@@ -184,7 +184,7 @@ def test_pool_keeps_no_more_spares_than_results_ever_held():
     for store in stores:
         (view,) = store.rows_for("a", 1)
         store.fill(view, torch.ones(1, 2))
-        results.append(attachments.from_reply(store.describe()))
+        results.append(attachments.from_descriptors(store.describe()))
         store.hand_over()
     assert pool.peak == 3
     results.clear()

@@ -47,7 +47,7 @@ def run(strategy: str, depth: int) -> float:
             pieces = [(store.rows_for(f"r{step}_{r}", per), r * per, per) for r in range(REQUESTS)]
             copier.submit(store, states, pieces)
         copier.drain()
-        taken = Attachments().from_reply(store.describe())
+        taken = Attachments().from_descriptors(store.describe())
         results = [[t.clone() for t in layers] for layers in taken.values()]
         store.close()
     elif strategy == "pinned-arena+clone8":

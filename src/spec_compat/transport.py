@@ -249,7 +249,8 @@ class Segment:
 
 
 class CallStore:
-    """One call's captured rows, request by request, in fresh shared memory.
+    """One call's captured rows, request by request, in shared memory (fresh, or segments
+    of earlier calls from a `SegmentPool`).
 
     Request `n` owns block `n`: `layers` runs of `block_rows` rows, its result per layer being
     the filled prefix of its run.  Segments hold `per_segment` blocks and are sparse (only
@@ -512,13 +513,10 @@ class Copier:
                         store.reserve(view)
                     torch._foreach_copy_(views, sources)
         finally:
-            self._release(slot, lock)
-
-    def _release(self, slot: dict, lock) -> None:
-        with lock:
-            slot["left"] -= 1
-            if slot["left"] == 0:
-                self.free.put(slot)
+            with lock:
+                slot["left"] -= 1
+                if slot["left"] == 0:
+                    self.free.put(slot)
 
     def drain(self) -> None:
         """Wait for every submitted copy; raise the first copy error, if any."""
@@ -531,9 +529,12 @@ class Copier:
 def row_faults(tensor: Any) -> tuple[Any, Any]:
     """Per row: (holds a NaN/Inf, is all zeros).  From each row's max and min, where NaN/Inf
     propagate and an all-zero row has both 0: no temporary the size of the states."""
+    return _faults(tensor.amax(dim=-1), tensor.amin(dim=-1))
+
+
+def _faults(high: Any, low: Any) -> tuple[Any, Any]:
     import torch
 
-    high, low = tensor.amax(dim=-1), tensor.amin(dim=-1)
     return ~(torch.isfinite(high) & torch.isfinite(low)), (high == 0) & (low == 0)
 
 
@@ -543,10 +544,11 @@ def bad_row_flags(layers: list[Any]) -> Any:
     in ~20 kernel launches a step however many requests share it."""
     import torch
 
-    high = torch.stack([t.amax(dim=-1) for t in layers])
-    low = torch.stack([t.amin(dim=-1) for t in layers])
-    nonfinite = ~(torch.isfinite(high) & torch.isfinite(low))
-    return (nonfinite | ((high == 0) & (low == 0))).any(dim=0)
+    nonfinite, zero = _faults(
+        torch.stack([t.amax(dim=-1) for t in layers]),
+        torch.stack([t.amin(dim=-1) for t in layers]),
+    )
+    return (nonfinite | zero).any(dim=0)
 
 
 _handed_over_class: Any = None
@@ -629,9 +631,6 @@ class Attachments:
                     mapping, dtype=dtype, count=rows * width, offset=desc.offset * itemsize
                 )
         return flat.view(rows, width).as_subclass(handed_over_class())
-
-    def from_reply(self, payload: Any) -> Any:
-        return self.from_descriptors(payload)
 
     def released(self) -> list[str]:
         """Per-call segments no result uses any more, forgotten here so that the worker may

@@ -61,7 +61,7 @@ def wrap(original: type) -> type:
             for one in replies:
                 if isinstance(one, dict):
                     self.spec_compat_worker_checks.append(one.pop(WORKER_CHECKED, None))
-            return self._spec_compat_attachments.from_reply(reply)
+            return self._spec_compat_attachments.from_descriptors(reply)
 
         def shutdown(self) -> Any:
             try:
