@@ -54,6 +54,21 @@ def test_prompts_are_not_block_hashed_with_prefix_caching_off(patched_run):
     assert patched_run.data["block_hasher"] is None
 
 
+@pytest.mark.exhaustive
+def test_without_request_block_hashes_off_prompts_are_hashed(
+    patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
+):
+    """The patch is what turns the hasher off, and the states match the oracle either way."""
+    if patch_states(patched_run).get("request_block_hashes_off") != "applied":
+        pytest.skip("this speculators line builds no block hasher")
+    run = run_stock(
+        speculators_dir, tiny_llama, short_prompts, LAYERS, exclude=["request_block_hashes_off"]
+    )
+    assert run.data is not None, run.tail
+    assert run.data["block_hasher"] == "set"
+    assert compare(run.results[0], short_prompts, short_oracle) <= TOLERANCE
+
+
 def test_no_patch_reports_unsupported_drift(patched_run):
     states = {r["name"]: r["state"] for r in patched_run.data["status"]}
     assert "unsupported drift" not in states.values()
