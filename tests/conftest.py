@@ -15,6 +15,28 @@ REQUIRE_E2E = os.environ.get("SPEC_COMPAT_REQUIRE_E2E") == "1"
 E2E_SCOPE = os.environ.get("SPEC_COMPAT_E2E_SCOPE", "full")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (`-n 2`, what nox runs) every test of one speculators line goes to
+    one worker: its session fixtures (the extractor battery, the tiny model) are built once
+    while the other line runs on the other worker.  Most of an E2E test's time is a
+    single-threaded import of torch and vLLM in a fresh process, so two lines on two cores
+    take little more than one.  (xdist's own `loadgroup` ignores groups under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    from e2e.harness import speculators_dirs
+
+    lines = set(speculators_dirs())
+
+    class OneWorkerPerLine(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            ids = nodeid.rpartition("[")[2].rstrip("]").split("-") if nodeid.endswith("]") else []
+            line = next((i for i in ids if i in lines), None)
+            return f"speculators-{line}" if line else nodeid
+
+    return OneWorkerPerLine(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """E2E tests need vllm and a speculators line; CI sets SPEC_COMPAT_REQUIRE_E2E=1 so a
     missing stack fails instead of skipping."""

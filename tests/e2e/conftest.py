@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from . import tiny_models
-from .harness import run_stock, speculators_dirs
+from . import battery, tiny_models
+from .harness import oracle, speculators_dirs
 
 LINES = sorted(speculators_dirs())
 #: decoder layers captured in the tests: 0..3 of a 4-layer model, the last one included
@@ -52,27 +52,47 @@ def speculators_dir(line) -> Path:
 
 @pytest.fixture(scope="session")
 def short_prompts() -> list[list[int]]:
-    return tiny_models.random_prompts(14, 2, 200)
+    return battery.short_prompts()
+
+
+class OracleCache:
+    """transformers' states per prompt (cut to what the extractor keeps), each prompt
+    computed once per session however many tests and calls use it."""
+
+    def __init__(self, model: Path, layers: list[int], keep: int = battery.KEPT_TOKENS):
+        self.model, self.layers, self.keep = model, layers, keep
+        self.states: dict[tuple[int, ...], list] = {}
+
+    def __call__(self, prompts: list[list[int]]) -> list[list]:
+        kept = [tuple(p[: self.keep]) for p in prompts]
+        missing = list(dict.fromkeys(k for k in kept if k not in self.states))
+        if missing:
+            computed = oracle(self.model, [list(k) for k in missing], self.layers)
+            self.states.update(zip(missing, computed, strict=True))
+        return [self.states[k] for k in kept]
 
 
 @pytest.fixture(scope="session")
-def short_oracle(tiny_llama, short_prompts):
-    from .harness import oracle
-
-    return oracle(tiny_llama, short_prompts, LAYERS)
+def llama_oracle(tiny_llama) -> OracleCache:
+    return OracleCache(tiny_llama, LAYERS)
 
 
 @pytest.fixture(scope="session")
-def patched_run(speculators_dir, tiny_llama, short_prompts):
-    """The stock extractor with spec_compat.apply(): the batch in order, then reversed."""
-    n = len(short_prompts)
-    return run_stock(
-        speculators_dir,
-        tiny_llama,
-        short_prompts,
-        LAYERS,
-        calls=[list(range(n)), list(reversed(range(n)))],
-    )
+def short_oracle(llama_oracle, short_prompts):
+    return llama_oracle(short_prompts)
+
+
+@pytest.fixture(scope="session")
+def patched_battery(speculators_dir, tiny_llama) -> battery.Battery:
+    """The patched stock extractor, started once per speculators line, serving every named
+    call of battery.planned_calls()."""
+    return battery.run_battery(speculators_dir, tiny_llama, LAYERS)
+
+
+@pytest.fixture(scope="session")
+def patched_run(patched_battery):
+    """The battery's run: patch states and worker reports of the patched extractor."""
+    return patched_battery.run
 
 
 #: Where the matrix run records one JSON file per (vLLM, speculators) oracle test;

@@ -27,8 +27,13 @@ def doctor(speculators_dir, *args: str) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-def test_doctor_reports_every_patch_and_touch_point_supported(speculators_dir, line):
-    code, report = doctor(speculators_dir)
+@pytest.fixture(scope="module")
+def patched_doctor(speculators_dir) -> tuple[int, dict]:
+    return doctor(speculators_dir)
+
+
+def test_doctor_reports_every_patch_and_touch_point_supported(patched_doctor, line):
+    code, report = patched_doctor
     assert code == 0, report
     assert report["versions"]["speculators"] == line
     states = {p["name"]: p["state"] for p in report["patches"]}
@@ -42,9 +47,9 @@ def test_doctor_reports_every_patch_and_touch_point_supported(speculators_dir, l
     print(f"doctor: {report['seconds']} s")
 
 
-def test_doctor_without_patches_names_the_breakages(speculators_dir, line):
+def test_doctor_without_patches_names_the_breakages(speculators_dir, patched_doctor, line):
     code, plain = doctor(speculators_dir, "--no-patches")
-    _, patched = doctor(speculators_dir)
+    _, patched = patched_doctor
     applied = {p["name"] for p in patched["patches"] if p["state"] == "applied"}
     if code == 2:  # the stock modules do not even import (transformers 5)
         assert any("import speculators" in p or "torch" in p for p in plain["problems"])

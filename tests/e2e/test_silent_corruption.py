@@ -4,47 +4,73 @@ from __future__ import annotations
 
 import pytest
 
-from . import tiny_models
+from . import battery, tiny_models
 from .conftest import LAYERS
-from .harness import TOLERANCE, compare, oracle, outcome, run_stock
+from .harness import TOLERANCE, compare, outcome, run_stock
 
 pytestmark = pytest.mark.e2e
 
-LONG_MODEL_LEN = 1024
+LONG_MODEL_LEN = battery.MAX_MODEL_LEN
 
 
 @pytest.fixture(scope="module")
 def long_prompts() -> list[list[int]]:
-    """32 prompts of 500-1,000 tokens: ~24k tokens, so steps exceed the 8,192-token budget."""
-    return tiny_models.random_prompts(32, 500, 1000, seed=7)
+    return battery.long_prompts()
 
 
 @pytest.fixture(scope="module")
-def long_oracle(tiny_llama, long_prompts):
-    return oracle(tiny_llama, long_prompts, LAYERS)
+def long_oracle(llama_oracle, long_prompts):
+    return llama_oracle(long_prompts)
+
+
+#: What each line's stock bugs run leaves out: the fixes and, on 0.3.0, the guards that
+#: would turn the silent shift into an error (each guard alone is proven below).
+STOCK_BUG_FIXES = {
+    "0.3": ["v030_whole_prompt_prefill", "v030_capture_guard", "generate_checks"],
+    "0.4": ["v04_results_in_input_order", "v04_batches_of_max_num_seqs"],
+}
+
+
+@pytest.fixture(scope="module")
+def stock_bugs(line, speculators_dir, tiny_llama):
+    """The stock extractor with every other patch applied but without its data-bug fixes:
+    0.3.0 gets the chunked-prefill mix; 0.4.x 11 prompts (result order), then 33 (more
+    than 32 in one generate())."""
+    fixes = STOCK_BUG_FIXES[line[:3]]
+    if line.startswith("0.3"):
+        prompts = battery.long_prompts()
+        calls = [list(range(len(prompts)))]
+    else:
+        prompts = battery.ordered_prompts()
+        calls = [list(range(11)), list(range(33))]
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        prompts,
+        LAYERS,
+        calls=calls,
+        max_model_len=LONG_MODEL_LEN,
+        exclude=fixes,
+        extra={"catch_errors": True},
+    )
+    assert run.returncode == 0, run.tail
+    return prompts, run
 
 
 def test_v030_chunked_prefill_is_exact_with_the_patch(
-    line, speculators_dir, tiny_llama, long_prompts, long_oracle
+    line, patched_battery, stock_bugs, long_prompts, long_oracle
 ):
-    if not line.startswith("0.3"):
-        pytest.skip("speculators 0.3.0 only; 0.4.x tracks per-request token counts")
-    run = run_stock(speculators_dir, tiny_llama, long_prompts, LAYERS, max_model_len=LONG_MODEL_LEN)
-    worst = compare(run.results[0], long_prompts, long_oracle)
+    """Steps over the 8,192-token budget: exact with spec_compat on both lines; the stock
+    0.3.0 loop silently returns wrong hidden states."""
+    worst = compare(patched_battery.results("long prompts"), long_prompts, long_oracle)
     print(f"chunked-prefill mix: max relative error {worst:.2e}")
     assert worst <= TOLERANCE
-
-    # ... and without the fix and its guards, the stock 0.3.0 loop silently returns wrong
-    # hidden states (test_v030_guards_refuse_what_the_stock_loop_shifts: each guard alone)
-    silent = run_stock(
-        speculators_dir,
-        tiny_llama,
-        long_prompts,
-        LAYERS,
-        max_model_len=LONG_MODEL_LEN,
-        exclude=["v030_whole_prompt_prefill", "v030_capture_guard", "generate_checks"],
-    )
-    assert silent.returncode == 0, silent.tail
+    if not line.startswith("0.3"):
+        return  # 0.4.x tracks per-request token counts: exact without a fix
+    prompts, silent = stock_bugs
+    assert prompts == long_prompts
+    (results,) = silent.data["results"]
+    assert isinstance(results, list), f"the stock loop raised instead: {results}"
     assert outcome(silent, long_prompts, long_oracle) == "mismatch"
 
 
@@ -79,67 +105,54 @@ def test_v030_guards_refuse_what_the_stock_loop_shifts(
     assert "CorruptHiddenStates" in checked.log and "rows for" in checked.log
 
 
-def test_results_in_input_order_and_more_than_32_prompts(line, speculators_dir, tiny_llama):
-    prompts = tiny_models.random_prompts(33, 2, 64, seed=3)
-    expected = oracle(tiny_llama, prompts, LAYERS)
-    calls = [list(range(11)), list(range(12)), list(range(33))]
-    run = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls)
-    for results, call in zip(run.results, calls, strict=True):
-        got = compare(results, [prompts[i] for i in call], [expected[i] for i in call])
-        assert got <= TOLERANCE
-    if line.startswith("0.4"):
-        unpatched = run_stock(
-            speculators_dir,
-            tiny_llama,
-            prompts,
-            LAYERS,
-            calls=[list(range(33))],
-            exclude=["v04_batches_of_max_num_seqs"],
-        )
-        assert unpatched.returncode != 0
-        assert "not found in captured states" in unpatched.log
+def test_results_in_input_order_and_more_than_32_prompts(
+    line, patched_battery, stock_bugs, llama_oracle
+):
+    """11, 12 and 33 prompts come back exact and in input order; the stock 0.4.x extractor
+    returns 11 prompts in request-id string order and refuses 33."""
+    for name in ("11 prompts", "12 prompts", "33 prompts"):
+        prompts = patched_battery.calls[name]
+        assert compare(patched_battery.results(name), prompts, llama_oracle(prompts)) <= TOLERANCE
+    if not line.startswith("0.4"):
+        return  # 0.3.0 keeps the input order and aborts each step's requests
+    prompts, stock = stock_bugs
+    eleven, thirty_three = stock.data["results"]
+    assert isinstance(eleven, list), f"the stock loop raised: {eleven}"
+    got = [r["input_ids"].tolist() for r in eleven]
+    assert got != prompts[:11], "the stock 0.4.x extractor returned 11 prompts in order"
+    assert sorted(got) == sorted(prompts[:11])  # the same prompts, in request-id string order
+    by_prompt = {tuple(p): s for p, s in zip(prompts, llama_oracle(prompts), strict=True)}
+    assert compare(eleven, got, [by_prompt[tuple(p)] for p in got]) <= TOLERANCE
+    assert "not found in captured states" in thirty_three["error"]
 
 
-@pytest.mark.exhaustive
-def test_batch_sizes_shared_prefixes_and_length_limits(line, speculators_dir, tiny_llama):
+def test_batch_sizes_shared_prefixes_and_length_limits(patched_battery, llama_oracle):
     """Batches of 1, 8 and 64 (two scheduler passes of 32 on 0.4.x, steps over the 8,192-token
     budget on 0.3.0), 24 prompts sharing a 300-token prefix, and prompts of exactly
-    max_model_len - 1 and beyond it (the stock code keeps max_model_len - 1 tokens; logged)."""
-    limit = 511  # max_model_len 512 - 1
-    prefix = tiny_models.random_prompts(1, 300, 300, seed=21)[0]
-    shared = [prefix + p for p in tiny_models.random_prompts(24, 1, 150, seed=6)]
-    prompts = tiny_models.random_prompts(40, 2, 120, seed=5) + shared
-    prompts += tiny_models.random_prompts(1, limit, limit, seed=8)
-    prompts += tiny_models.random_prompts(1, limit + 189, limit + 189, seed=9)
-    kept = [p[:limit] for p in prompts]
-    expected = oracle(tiny_llama, kept, LAYERS)
-    calls = [[0], list(range(8)), list(range(64)), [64, 65]]
-    run = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls)
-    for results, call in zip(run.results, calls, strict=True):
-        got = compare(results, [kept[i] for i in call], [expected[i] for i in call])
-        assert got <= TOLERANCE, f"batch {call[:3]}...: {got:.2e}"
-    assert f"prompt 1 has {limit + 189} tokens; the stock extractor keeps the first {limit}" in (
-        run.log
+    max_model_len - 1 and beyond it (the stock code keeps max_model_len - 1; logged)."""
+    keep = battery.KEPT_TOKENS
+    for name in ("1 prompt", "8 prompts", "64 prompts", "length limits"):
+        kept = [p[:keep] for p in patched_battery.calls[name]]
+        got = compare(patched_battery.results(name), kept, llama_oracle(kept))
+        assert got <= TOLERANCE, f"{name}: {got:.2e}"
+    assert [len(p) for p in patched_battery.calls["length limits"]] == [keep, keep + 189]
+    assert (
+        f"prompt 1 has {keep + 189} tokens; the stock extractor keeps the first {keep}"
+        in patched_battery.run.log
     )
 
 
-@pytest.mark.exhaustive
-def test_bad_input_is_refused_clearly_and_loses_nothing(
-    speculators_dir, tiny_llama, short_prompts, short_oracle
-):
+def test_bad_input_is_refused_clearly_and_loses_nothing(patched_battery, llama_oracle):
     """No prompts, an empty prompt, an out-of-vocabulary id: a clear error naming the prompt,
     raised before any work, and the same generator still serves the next call exactly."""
-    prompts = [*short_prompts[:3], [], [7, tiny_models.VOCAB + 7]]
-    calls = [[], [0, 3], [4], [0, 1, 2]]
-    run = run_stock(
-        speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, extra={"catch_errors": True}
+    assert "ValueError" in patched_battery.error("no prompts")
+    assert "prompt 1 is empty" in patched_battery.error("an empty prompt")
+    oov = battery.OUT_OF_VOCABULARY
+    assert f"token id {oov} is outside the vocabulary" in patched_battery.error("out of vocabulary")
+    prompts = patched_battery.calls["after refusals"]
+    assert compare(patched_battery.results("after refusals"), prompts, llama_oracle(prompts)) <= (
+        TOLERANCE
     )
-    outputs = run.data["results"] if run.data else []
-    assert len(outputs) == 4, run.tail
-    assert "ValueError" in outputs[0]["error"]
-    assert "prompt 1 is empty" in outputs[1]["error"]
-    assert f"token id {tiny_models.VOCAB + 7} is outside the vocabulary" in outputs[2]["error"]
-    assert compare(outputs[3], short_prompts[:3], short_oracle[:3]) <= TOLERANCE
 
 
 @pytest.mark.exhaustive

@@ -12,6 +12,8 @@ from .harness import TOLERANCE, compare, outcome, refusal_reason, run_stock
 NEWEST_LINE = LINES[-1] if LINES else None
 
 pytestmark = pytest.mark.e2e
+#: the battery's oracle calls ("short", "short reversed") as indices into short_prompts
+SHORT_CALLS = [list(range(14)), list(reversed(range(14)))]
 
 
 def patch_states(run) -> dict[str, str]:
@@ -23,8 +25,9 @@ def patch_states(run) -> dict[str, str]:
 
 
 def test_patched_stock_extractor_matches_the_oracle(
-    patched_run, short_prompts, short_oracle, record_property
+    patched_battery, short_prompts, short_oracle, record_property
 ):
+    patched_run = patched_battery.run
     if patched_run.data is None and (refusal := refusal_reason(patched_run.log)):
         record_property("refusal", refusal)
         pytest.xfail(f"spec_compat refuses this pair: {refusal}")
@@ -32,7 +35,8 @@ def test_patched_stock_extractor_matches_the_oracle(
         states = patch_states(patched_run)
         record_property("patches_applied", [n for n, s in states.items() if s == "applied"])
         record_property("seconds", patched_run.data["seconds"])
-    forward, backward = patched_run.results
+    forward = patched_battery.results("short")
+    backward = patched_battery.results("short reversed")
     assert compare(forward, short_prompts, short_oracle) <= TOLERANCE
     reversed_prompts = list(reversed(short_prompts))
     assert compare(backward, reversed_prompts, list(reversed(short_oracle))) <= TOLERANCE
@@ -126,7 +130,7 @@ def test_each_needed_patch_carries_the_result(
         tiny_llama,
         short_prompts,
         LAYERS,
-        calls=patched_run.calls,
+        calls=SHORT_CALLS,
         exclude=[patch],
     )
     assert outcome(run, short_prompts, short_oracle) != "match", (

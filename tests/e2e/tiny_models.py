@@ -7,7 +7,11 @@ shared/docs/cpu-runtime-findings.md, 'A tiny model that needs no hub').
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 VOCAB = 1024
@@ -57,12 +61,21 @@ IMAGE_TOKEN = 3
 FIRST_PROMPT_ID = 4
 
 
+@functools.cache
+def _trained_tokenizer() -> Path:
+    """The tokenizer, trained once per process (seconds) and copied into each model."""
+    directory = Path(tempfile.mkdtemp(prefix="spec-compat-tokenizer-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    build_tokenizer(directory)
+    return directory
+
+
 def _start(directory: Path, seed: int) -> None:
     """A model directory with the shared tokenizer, and torch seeded for its weights."""
     import torch
 
     directory.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(directory)
+    shutil.copytree(_trained_tokenizer(), directory, dirs_exist_ok=True)
     torch.manual_seed(seed)
 
 

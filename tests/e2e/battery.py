@@ -1,0 +1,119 @@
+"""One extractor process per (vLLM release, speculators line) for every check that needs
+neither its own engine settings nor its own patch selection.
+
+Starting the stock extractor takes 10-30 s on a 2-core machine; a `generate()` of a few
+hundred prompts on the tiny model takes well under a second.  So the patched extractor is
+started once and serves a battery of named calls (the oracle batch in both orders, 11, 12
+and 33 prompts, steps over the chunked-prefill budget, batches of 1/8/64, shared prefixes,
+prompts at and past the length limit, bad input, and a call after the refusals); each
+test reads its calls by name and asserts on them alone.
+
+Calls that must fail (bad input) come last but one: a refusal must leave the generator
+serving the next call, which `after refusals` checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import tiny_models
+from .harness import Run, run_stock
+
+#: Long enough for prompts of 500-1,000 tokens; steps still run over the 8,192-token
+#: budget that triggers chunked prefill (speculators 0.3.0 uses max(8192, max_model_len)).
+MAX_MODEL_LEN = 1024
+#: what the stock code keeps of a longer prompt: max_model_len - 1 tokens
+KEPT_TOKENS = MAX_MODEL_LEN - 1
+
+
+def short_prompts() -> list[list[int]]:
+    """The oracle batch: 14 prompts of 2-200 tokens."""
+    return tiny_models.random_prompts(14, 2, 200)
+
+
+def ordered_prompts() -> list[list[int]]:
+    """33 prompts: 11+ shows speculators 0.4.x's request-id order, 33 its 32-prompt limit."""
+    return tiny_models.random_prompts(33, 2, 64, seed=3)
+
+
+def long_prompts() -> list[list[int]]:
+    """32 prompts of 500-1,000 tokens: ~24k tokens, so steps exceed the 8,192-token budget."""
+    return tiny_models.random_prompts(32, 500, 1000, seed=7)
+
+
+def mixed_prompts() -> list[list[int]]:
+    """40 short prompts, 24 sharing a 300-token prefix, then one of exactly the kept length
+    and one 189 tokens past it."""
+    prefix = tiny_models.random_prompts(1, 300, 300, seed=21)[0]
+    shared = [prefix + p for p in tiny_models.random_prompts(24, 1, 150, seed=6)]
+    prompts = tiny_models.random_prompts(40, 2, 120, seed=5) + shared
+    prompts += tiny_models.random_prompts(1, KEPT_TOKENS, KEPT_TOKENS, seed=8)
+    prompts += tiny_models.random_prompts(1, KEPT_TOKENS + 189, KEPT_TOKENS + 189, seed=9)
+    return prompts
+
+
+OUT_OF_VOCABULARY = tiny_models.VOCAB + 7
+
+
+@dataclass
+class Battery:
+    """Named calls on one patched extractor; `results(name)` raises with the call's error."""
+
+    run: Run
+    calls: dict[str, list[list[int]]]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def results(self, name: str) -> list[dict[str, Any]]:
+        output = self.outputs.get(name)
+        assert output is not None, f"the battery did not run:\n{self.run.tail}"
+        assert not isinstance(output, dict), f"call {name!r} failed: {output['error']}"
+        return output
+
+    def error(self, name: str) -> str:
+        output = self.outputs.get(name)
+        assert isinstance(output, dict), f"call {name!r} was not refused: {output!r:.200}"
+        return output["error"]
+
+
+def planned_calls() -> dict[str, list[list[int]]]:
+    short, ordered, mixed = short_prompts(), ordered_prompts(), mixed_prompts()
+    return {
+        "short": short,
+        "short reversed": list(reversed(short)),
+        "11 prompts": ordered[:11],
+        "12 prompts": ordered[:12],
+        "33 prompts": ordered,
+        "long prompts": long_prompts(),
+        "1 prompt": mixed[:1],
+        "8 prompts": mixed[:8],
+        "64 prompts": mixed[:64],
+        "length limits": mixed[64:66],
+        "no prompts": [],
+        "an empty prompt": [short[0], []],
+        "out of vocabulary": [[7, OUT_OF_VOCABULARY]],
+        "after refusals": short[:3],
+    }
+
+
+def run_battery(speculators_dir: Path, model: Path, layers: list[int]) -> Battery:
+    calls = planned_calls()
+    prompts: list[list[int]] = []
+    indices: list[list[int]] = []
+    for batch in calls.values():
+        indices.append(list(range(len(prompts), len(prompts) + len(batch))))
+        prompts.extend(batch)
+    run = run_stock(
+        speculators_dir,
+        model,
+        prompts,
+        layers,
+        calls=indices,
+        max_model_len=MAX_MODEL_LEN,
+        extra={"catch_errors": True},
+    )
+    battery = Battery(run, calls)
+    if run.data is not None:
+        battery.outputs = dict(zip(calls, run.data["results"], strict=True))
+    return battery
