@@ -78,7 +78,10 @@ def _pytest(session: nox.Session, python: str, *args: str, scope: str = "full") 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    python = _environment(session, next(iter(CI_RELEASES)))
+    _ruff(session, _environment(session, next(iter(CI_RELEASES))))
+
+
+def _ruff(session: nox.Session, python: str) -> None:
     with _stage(session, "ruff"):
         session.run(
             python, "-m", "ruff", "check", "src", "tests", "tools", "noxfile.py", external=True
@@ -212,9 +215,10 @@ def exhaustive(session: nox.Session) -> None:
 @nox.session
 def ci(session: nox.Session) -> None:
     """What `.ci/run` calls: lint, then unit + core E2E tests on each CI release."""
-    lint(session)
-    for vllm, scope in CI_RELEASES.items():
+    for n, (vllm, scope) in enumerate(CI_RELEASES.items()):
         python = _environment(session, vllm)
+        if n == 0:
+            _ruff(session, python)
         session.log(f"=== vLLM {vllm} ({scope} E2E scope)")
         with _stage(session, f"tests vLLM {vllm} ({scope})"):
             _pytest(session, python, "-p", "no:cacheprovider", "-rs", "--durations=15", scope=scope)
