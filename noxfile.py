@@ -1,5 +1,5 @@
-"""Sessions: `nox -s ci` (what CI runs, ~20 min), `nox -s exhaustive` (every proof on vLLM
-0.32.0, ~1 h), `nox -s "e2e(vllm='0.32.0')"`, `nox -s lint`, `nox -s nightly`.
+"""Sessions: `nox -s ci` (what CI runs, ~15 min on 2 cores), `nox -s exhaustive` (every
+proof on vLLM 0.32.0), `nox -s "e2e(vllm='0.32.0')"`, `nox -s lint`, `nox -s nightly`.
 
 Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
 with hard links); both speculators lines live beside it and are chosen per test run.
