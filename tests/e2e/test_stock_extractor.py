@@ -12,8 +12,6 @@ from .harness import TOLERANCE, compare, outcome, refusal_reason, run_stock
 NEWEST_LINE = LINES[-1] if LINES else None
 
 pytestmark = pytest.mark.e2e
-#: the battery's oracle calls ("short", "short reversed") as indices into short_prompts
-SHORT_CALLS = [list(range(14)), list(reversed(range(14)))]
 
 
 def patch_states(run) -> dict[str, str]:
@@ -130,7 +128,8 @@ def test_each_needed_patch_carries_the_result(
         tiny_llama,
         short_prompts,
         LAYERS,
-        calls=SHORT_CALLS,
+        # the battery's "short" and "short reversed" calls
+        calls=[list(range(len(short_prompts))), list(reversed(range(len(short_prompts))))],
         exclude=[patch],
     )
     assert outcome(run, short_prompts, short_oracle) != "match", (
