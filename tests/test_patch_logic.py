@@ -4,60 +4,96 @@ from __future__ import annotations
 
 import pytest
 
+from spec_compat.capture import UnsupportedModel, check_layer_ids
 from spec_compat.patches import generate_checks
-from spec_compat.patches.worker_native_layer_call import (
-    CaptureUnsupported,
-    layer_call_extras,
-    needs_native_forward,
-)
+from spec_compat.patches.worker_eagle3_capture import CaptureUnsupported, Eagle3Capture
 
 
-class Decoder:  # the stock loop's shape: (positions, hidden_states, residual) only
-    layers: tuple = ()
+def eagle3_model(num_layers: int = 4, emits_last: bool = True):
+    """A SupportsEagle3 model whose decoder records aux states as vLLM's do."""
+    import torch
+    from vllm.model_executor.models.interfaces import SupportsEagle3
 
-    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        hidden_states, residual = inputs_embeds, None
-        for layer in self.layers:
-            hidden_states, residual = layer(positions, hidden_states, residual)
-        return hidden_states
+    class Norm(torch.nn.Module):  # vLLM's RMSNorm call shape
+        def forward(self, x, residual=None):
+            return x if residual is None else (x + residual, x + residual)
+
+    class Decoder(torch.nn.Module):
+        aux_hidden_state_layers: tuple = ()
+
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Identity() for _ in range(num_layers))
+            self.norm = Norm()
+
+        def forward(self, positions, hidden_states):
+            aux, residual = [], torch.zeros_like(hidden_states)
+            for idx in range(num_layers):
+                if idx in self.aux_hidden_state_layers:  # vLLM <= 0.2x: before each layer
+                    aux.append(hidden_states + residual)
+                hidden_states, residual = hidden_states + idx + 1, residual
+            if emits_last and num_layers in self.aux_hidden_state_layers:
+                aux.append(hidden_states + residual)
+            hidden_states, _ = self.norm(hidden_states, residual)
+            return hidden_states, aux
+
+    class Model(torch.nn.Module, SupportsEagle3):
+        def __init__(self):
+            super().__init__()
+            self.model = Decoder()
+
+        def set_aux_hidden_state_layers(self, layers):
+            self.model.aux_hidden_state_layers = layers
+
+    return Model()
 
 
-class ScaledDecoder(Decoder):  # DeepSeek-V2 with llama_4_scaling
-    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        hidden_states, residual, scaling = inputs_embeds, None, positions
-        for _idx, layer in enumerate(self.layers):
-            hidden_states, residual = layer(positions, hidden_states, residual, scaling)
-        return hidden_states
+def run_capture(model, layer_ids):
+    import torch
+
+    capture = Eagle3Capture(model, model.model, layer_ids)
+    _, aux = model.model(None, torch.zeros(5, 2))
+    return [int(s[0, 0]) for s in capture.states(aux, 5)], capture
 
 
-class IndexedDecoder(Decoder):  # gpt-oss: `layer = self.layers[i]`, keyword extras forwarded
-    def forward(self, input_ids, positions, intermediate_tensors=None, **extra):
-        x, residual = input_ids, None
-        for i in range(len(self.layers)):
-            layer = self.layers[i]
-            x, residual = layer(x, positions, residual, **extra)
-        return x
+@pytest.mark.parametrize("emits_last", [True, False])
+def test_capture_returns_the_callers_order_with_repeats(emits_last):
+    # layer k's output on the fake decoder is 1 + 2 + ... + (k + 1)
+    model = eagle3_model(emits_last=emits_last)
+    states, capture = run_capture(model, [3, 0, 2])
+    assert model.model.aux_hidden_state_layers == (1, 3, 4)  # vLLM id = layer id + 1
+    assert states == [10, 1, 6]
+    # the final-norm hook stays only where the model does not emit the last id itself
+    assert (capture.hook is None) is emits_last
+    assert run_capture(eagle3_model(emits_last=emits_last), [2, 2, 1, 3])[0] == [6, 6, 3, 10]
 
 
-class NoLayers(Decoder):
-    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        return self.mixer(input_ids)
+def test_capture_refuses_what_it_cannot_serve():
+    import torch
+
+    class Plain(torch.nn.Module):
+        pass
+
+    with pytest.raises(CaptureUnsupported, match="Plain does not implement vLLM's SupportsEagle3"):
+        Eagle3Capture(Plain(), None, [0])
+    model = eagle3_model()
+    capture = Eagle3Capture(model, model.model, [0, 1])
+    with pytest.raises(CaptureUnsupported, match=r"1 aux hidden states for vLLM ids \(1, 2\)"):
+        capture.states([torch.zeros(5, 2)], 5)
+    with pytest.raises(CaptureUnsupported, match="3 rows for 5 tokens"):
+        capture.states([torch.zeros(3, 2)] * 2, 5)
 
 
-def test_layer_call_extras_reads_the_native_loop():
-    assert layer_call_extras(Decoder) == ()
-    assert layer_call_extras(ScaledDecoder)[0].startswith("positional arguments:")
-    assert layer_call_extras(IndexedDecoder) == ("**extra",)
-    with pytest.raises(CaptureUnsupported, match=r"NoLayers\.forward: no call of a decoder layer"):
-        layer_call_extras(NoLayers)
-
-
-def test_native_forward_only_where_the_stock_loop_would_differ():
-    assert not needs_native_forward(Decoder(), {"inputs_embeds": object()})
-    assert needs_native_forward(ScaledDecoder(), {})
-    # forwarded keywords matter only when the call carries some (deepstack embeddings)
-    assert not needs_native_forward(IndexedDecoder(), {"deepstack_input_embeds": None})
-    assert needs_native_forward(IndexedDecoder(), {"deepstack_input_embeds": object()})
+def test_layer_ids_are_refused_before_loading_with_what_to_pass():
+    check_layer_ids(None, 4)
+    check_layer_ids([3, 0, 2, 2], 4)
+    with pytest.raises(UnsupportedModel, match=r"layer_ids=\[\] asks for no hidden states.*0\.\.3"):
+        check_layer_ids([], 4)
+    with pytest.raises(UnsupportedModel, match=r"\[1\.5\] not integers"):
+        check_layer_ids([1.5, 2], 4)
+    with pytest.raises(UnsupportedModel, match="pass a list of layer indices"):
+        check_layer_ids("3", 4)
+    assert issubclass(UnsupportedModel, ValueError)
 
 
 def test_prompt_checks_name_the_prompt(caplog):
@@ -96,9 +132,9 @@ def test_state_checks_find_nan_zero_rows_and_short_captures():
 
 
 def test_decoder_lookup_handles_every_wrapper_shape():
-    from types import ModuleType, SimpleNamespace
+    from types import SimpleNamespace
 
-    from spec_compat.patches.worker_language_model import find_decoder, stock_decoder
+    from spec_compat.patches.worker_eagle3_capture import find_decoder
 
     def decoder():
         return SimpleNamespace(layers=(), norm=None)
@@ -111,13 +147,5 @@ def test_decoder_lookup_handles_every_wrapper_shape():
     assert find_decoder(text) is text.model
     assert find_decoder(llava) is llava.language_model.model
     assert find_decoder(kimi_015) is kimi_015.language_model
-    with pytest.raises(ValueError, match="no reachable decoder layers"):
+    with pytest.raises(CaptureUnsupported, match="no reachable decoder layers"):
         find_decoder(SimpleNamespace(model=SimpleNamespace()))
-
-    line_04 = ModuleType("custom_worker_04")  # 0.4.x: get_language_model().model
-    assert stock_decoder(llava, line_04) is find_decoder(llava)  # the stock method runs
-    assert stock_decoder(kimi_015, line_04) is None  # the stock method would raise
-    line_030 = ModuleType("custom_worker_030")
-    line_030.supports_eagle3 = lambda model: model is text
-    assert stock_decoder(text, line_030) is text.model
-    assert stock_decoder(llava, line_030) is None

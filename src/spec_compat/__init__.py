@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from types import ModuleType
 
+from .capture import UnsupportedModel
 from .registry import ENV_PATCHES, Patch, Registry, Result, Side, State, UnsupportedDrift
 
 __version__ = "0.1.0"
@@ -22,6 +23,7 @@ __all__ = [
     "Result",
     "State",
     "UnsupportedDrift",
+    "UnsupportedModel",
     "apply",
     "revert",
     "status",
@@ -92,8 +94,9 @@ def apply(
     from . import requirements_gate
     from .patches import IMPORT_PATCHES
 
+    only = None if only is None else _current_names(only)
     import_names = {p.name for p in IMPORT_PATCHES}
-    excluded = set(exclude or ())
+    excluded = set(_current_names(exclude or ()))
     requirements_gate.GATE.import_patches = [
         p
         for p in IMPORT_PATCHES
@@ -107,6 +110,24 @@ def apply(
         side,
         strict,
     )
+
+
+def _current_names(names: Iterable[str]) -> list[str]:
+    """Patch names with former names mapped to the patch that replaced them (warned)."""
+    import warnings
+
+    from .patches import RENAMED
+
+    current = []
+    for name in names:
+        if name in RENAMED:
+            warnings.warn(
+                f"patch {name!r} is now part of {RENAMED[name]!r}; use that name",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        current.append(RENAMED.get(name, name))
+    return list(dict.fromkeys(current))
 
 
 def revert() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..registry import Patch
 from . import (
     cache_config_prefix_caching,
+    capture_model_check,
     cpu_attention_block_size,
     cpu_mem_get_info,
     cpu_torch_mem_get_info,
@@ -34,8 +35,7 @@ from . import (
     v04_batches_of_max_num_seqs,
     v04_results_in_input_order,
     worker_embed_input_ids,
-    worker_language_model,
-    worker_native_layer_call,
+    worker_eagle3_capture,
 )
 
 ALL: tuple[Patch, ...] = (
@@ -62,12 +62,18 @@ ALL: tuple[Patch, ...] = (
     v04_results_in_input_order.PATCH,
     v04_batches_of_max_num_seqs.PATCH,
     generate_checks.PATCH,
+    capture_model_check.PATCH,
     driver_copy_threads.PATCH,
     worker_embed_input_ids.PATCH,
-    worker_native_layer_call.PATCH,
-    worker_language_model.PATCH,
+    worker_eagle3_capture.PATCH,
     shm_transport_worker.PATCH,
 )
 
 #: Import-time patches: applied while a stock module is compiled (see requirements_gate).
 IMPORT_PATCHES = (kv_cache_planning_module.IMPORT_PATCH,)
+
+#: Former patch names, still accepted by apply(only=..., exclude=...) with a warning.
+RENAMED = {
+    "worker_native_layer_call": "worker_eagle3_capture",
+    "worker_language_model": "worker_eagle3_capture",
+}

@@ -1,0 +1,98 @@
+"""Which models the capture serves, decided from `config.json` alone (before weights load).
+
+The capture (patch `worker_eagle3_capture`) reads hidden states through vLLM's own EAGLE-3
+aux outputs, so a model is served exactly when vLLM's class for its architecture
+implements `SupportsEagle3`.  The driver refuses anything else before the engine starts,
+and `doctor --model PATH` says the same from the config file.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class UnsupportedModel(ValueError):
+    """The capture cannot serve this model (or these layer ids); refused before loading."""
+
+
+@dataclass(frozen=True)
+class Route:
+    architecture: str
+    vllm_class: str | None  # None: not in the installed vLLM's model registry
+    served: bool
+    reason: str
+
+
+def text_layers(config: dict[str, Any]) -> int | None:
+    """The decoder's layer count, as the stock extractor reads it."""
+    for section in (config, config.get("text_config") or {}):
+        if isinstance(section.get("num_hidden_layers"), int):
+            return section["num_hidden_layers"]
+    return None
+
+
+def route(architectures: list[str]) -> Route:
+    """How vLLM's class for the first known architecture serves the capture."""
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    if not architectures:
+        return Route("?", None, False, "config.json names no architecture")
+    for arch in architectures:
+        cls = ModelRegistry._try_load_model_cls(arch)
+        if cls is None:
+            continue
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if supports_eagle3(cls):
+            return Route(arch, name, True, "vLLM's own EAGLE-3 aux hidden states")
+        return Route(
+            arch,
+            name,
+            False,
+            f"{cls.__name__} does not implement vLLM's SupportsEagle3, so vLLM gives no aux "
+            "hidden states for it and nothing proves the stock decoder loop equals its "
+            "forward; use a vLLM release where this architecture supports EAGLE-3",
+        )
+    return Route(
+        architectures[0],
+        None,
+        False,
+        f"{architectures} not in this vLLM's model registry (vLLM would fall back to a "
+        "generic backend whose hidden states the capture cannot vouch for)",
+    )
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """`config.json` of a local model directory (nothing else is read)."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: no config.json (a local model directory is needed)")
+    return json.loads(file.read_text())
+
+
+def check_layer_ids(layer_ids: Any, num_layers: int | None) -> None:
+    """Refuse layer ids the capture cannot honour, saying what to pass instead.
+
+    Order and repeats are kept: the states come back in the order given, a repeated id
+    giving the same state twice (as the stock auto-selection does on small models)."""
+    if layer_ids is None:
+        return
+    if isinstance(layer_ids, (str, bytes)) or not hasattr(layer_ids, "__iter__"):
+        raise UnsupportedModel(
+            f"layer_ids={layer_ids!r}: pass a list of layer indices (e.g. [2, 16, 29]) or None "
+            "for the stock selection"
+        )
+    ids = list(layer_ids)
+    upper = f"0..{num_layers - 1}" if num_layers else "the model's layers"
+    if not ids:
+        raise UnsupportedModel(
+            f"layer_ids=[] asks for no hidden states: pass indices in {upper}, or None for "
+            "the stock selection"
+        )
+    bad = [k for k in ids if isinstance(k, bool) or not isinstance(k, numbers.Integral)]
+    if bad:
+        raise UnsupportedModel(f"layer_ids {ids}: {bad} not integers; pass indices in {upper}")

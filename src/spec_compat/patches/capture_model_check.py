@@ -1,0 +1,78 @@
+"""Refuse a model or layer ids the capture cannot serve before the engine starts.
+
+Target: ``vllm_hidden_states_generator.VllmHiddenStatesGenerator.__init__`` (both lines).
+Why: the stock generator builds the engine and loads every weight before its worker finds
+    out whether it can capture the model (18 minutes for a 500 GB checkpoint); an empty
+    ``layer_ids`` list is accepted and fails only at the first ``generate()``.
+How: before the stock ``__init__`` runs, the model's ``config.json`` names its architecture
+    and vLLM's class for it must implement ``SupportsEagle3`` (``spec_compat.capture``: the
+    capture reads vLLM's own aux hidden states); ``layer_ids`` must be a non-empty list of
+    integers.  Otherwise ``UnsupportedModel`` (a ``ValueError``) says what to do.  Bounds
+    are the stock check's; order and repeats are kept by ``worker_eagle3_capture``.
+Upstream change: none; the stock extractor never checked before loading.
+Remove when: ``worker_eagle3_capture`` is removed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from types import ModuleType
+from typing import Any
+
+from ..capture import UnsupportedModel, check_layer_ids, read_config, route, text_layers
+from ..gates import Need, Verdict, signature_text
+from ..registry import Patch
+from ._stock import GENERATOR
+
+
+def model_config(model_path: str) -> dict[str, Any]:
+    try:
+        return read_config(model_path)
+    except FileNotFoundError:  # a hub id: the stock code resolves it the same way
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(model_path, trust_remote_code=True).to_dict()
+
+
+def check(model_path: str, layer_ids: Any) -> None:
+    config = model_config(model_path)
+    check_layer_ids(layer_ids, text_layers(config))
+    found = route(config.get("architectures") or [])
+    if not found.served:
+        raise UnsupportedModel(
+            f"{model_path}: {found.architecture} cannot be captured exactly: {found.reason}. "
+            "(Refused before loading; `python -m spec_compat doctor --model PATH` checks a "
+            "model in seconds.)"
+        )
+
+
+def probe(module: ModuleType) -> Verdict:
+    init = module.VllmHiddenStatesGenerator.__init__
+    found = f"__init__{signature_text(init)}"
+    if {"model_path", "layer_ids"} <= set(inspect.signature(init).parameters):
+        return Verdict(Need.NEEDED, found, "the stock __init__ loads the model unchecked")
+    return Verdict(Need.UNKNOWN, found, "the stock __init__ changed")
+
+
+def wrap(original: Any) -> Any:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs).arguments
+        check(bound["model_path"], bound.get("layer_ids"))
+        original(self, *args, **kwargs)
+
+    return __init__
+
+
+PATCH = Patch(
+    name="capture_model_check",
+    side="driver",
+    module=GENERATOR,
+    target="VllmHiddenStatesGenerator.__init__",
+    summary="refuse a model without vLLM EAGLE-3 support, or empty layer ids, before loading",
+    probe=probe,
+    wrap=wrap,
+)
