@@ -92,7 +92,7 @@ def run_stock(
         data = (
             torch.load(out, weights_only=False) if proc.returncode == 0 and out.exists() else None
         )
-        if data is not None:  # calls saved one by one (extra={"drop_results": True})
+        if data is not None and "results" in data:  # calls saved one by one (drop_results)
             data["results"] = [
                 torch.load(r["file"]) if isinstance(r, dict) and "file" in r else r
                 for r in data["results"]
@@ -192,12 +192,10 @@ def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[lis
     else:
         auto = AutoModelForCausalLM
     lm = auto.from_pretrained(model, torch_dtype=torch.float32).eval()
-    decoder = lm.get_decoder()
-    if not hasattr(decoder, "layers"):
-        decoder = decoder.model
+    layers_of = decoder_layers(lm)
     captured: dict[int, Any] = {}
     hooks = [
-        decoder.layers[k].register_forward_hook(
+        layers_of[k].register_forward_hook(
             lambda _m, _i, out, k=k: captured.__setitem__(
                 k, out[0] if isinstance(out, tuple) else out
             )
@@ -218,6 +216,19 @@ def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[lis
         for h in hooks:
             h.remove()
     return expected
+
+
+def decoder_layers(lm: Any) -> Any:
+    """The decoder's layer list, whatever the family calls it (`layers`, `h`, ...)."""
+    import torch
+
+    text = getattr(lm.config, "text_config", None) or lm.config
+    count = text.num_hidden_layers
+    root = lm.get_decoder() if hasattr(lm, "get_decoder") else lm  # not a vision tower
+    for module in root.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return module
+    raise LookupError(f"{type(lm).__name__}: no list of {count} decoder layers")
 
 
 def relative_error(got: Any, want: Any) -> float:

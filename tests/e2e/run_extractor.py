@@ -7,6 +7,10 @@ SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int
        "exclude": [...]|null, "out": file.pt, "catch_errors": bool,
        "tensor_parallel_size": int, "drop_results": bool, "model_options": {...}}
 
+With "models": [dir, or [dir, layers]] instead of "model", one generator per model is
+built in turn in this one process (the architecture sweep), each serving every call; a
+model whose generator or call fails is recorded as {"error": ...} and the next one runs.
+
 With catch_errors, a generate() call that raises is recorded as {"error": "Type: message"}
 and the next call runs on the same generator.
 
@@ -23,6 +27,47 @@ import os
 import sys
 import time
 from pathlib import Path
+
+
+def build_generator(gen, spec: dict, model: str, timings: dict[str, float]):
+    started = time.perf_counter()
+    generator = gen.VllmHiddenStatesGenerator(
+        model,
+        layer_ids=spec["layers"],
+        max_model_len=spec["max_model_len"],
+        tensor_parallel_size=spec.get("tensor_parallel_size", 1),
+    )
+    timings["init"] = time.perf_counter() - started
+    return generator
+
+
+def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
+    import torch
+
+    prompts = spec["prompts"]
+    outputs = []
+    for n, indices in enumerate(spec["calls"]):
+        started = time.perf_counter()
+        try:
+            results = generator.generate([prompts[i] for i in indices])
+        except Exception as exc:  # bad-input tests: record the error, go on with the next
+            if not spec.get("catch_errors"):
+                raise
+            outputs.append({"error": f"{type(exc).__name__}: {exc}"})
+            continue
+        timings[f"generate_{n}"] = time.perf_counter() - started
+        kept = [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
+        if spec.get("drop_results"):  # as a data-generation loop does: save, then let go
+            torch.save(kept, f"{spec['out']}.call{n}")
+            kept = {"file": f"{spec['out']}.call{n}"}
+            del results
+        outputs.append(kept)
+        if spec.get("pause_after_first"):  # for interrupt tests: say so, then wait
+            Path(spec["pause_after_first"]).write_text(str(os.getpid()))
+            time.sleep(120)
+        if spec.get("fail_after_first"):
+            raise RuntimeError("failing on purpose after the first generate()")
+    return outputs
 
 
 def main() -> None:
@@ -61,37 +106,25 @@ def main() -> None:
 
         gen.VllmConfig = pinned_backend_vllm_config
 
-    started = time.perf_counter()
-    generator = gen.VllmHiddenStatesGenerator(
-        spec["model"],
-        layer_ids=spec["layers"],
-        max_model_len=spec["max_model_len"],
-        tensor_parallel_size=spec.get("tensor_parallel_size", 1),
-    )
-    timings["init"] = time.perf_counter() - started
-    prompts = spec["prompts"]
-    outputs = []
-    for n, indices in enumerate(spec["calls"]):
-        started = time.perf_counter()
-        try:
-            results = generator.generate([prompts[i] for i in indices])
-        except Exception as exc:  # bad-input tests: record the error, go on with the next
-            if not spec.get("catch_errors"):
-                raise
-            outputs.append({"error": f"{type(exc).__name__}: {exc}"})
-            continue
-        timings[f"generate_{n}"] = time.perf_counter() - started
-        kept = [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
-        if spec.get("drop_results"):  # as a data-generation loop does: save, then let go
-            torch.save(kept, f"{spec['out']}.call{n}")
-            kept = {"file": f"{spec['out']}.call{n}"}
-            del results
-        outputs.append(kept)
-        if spec.get("pause_after_first"):  # for interrupt tests: say so, then wait
-            Path(spec["pause_after_first"]).write_text(str(os.getpid()))
-            time.sleep(120)
-        if spec.get("fail_after_first"):
-            raise RuntimeError("failing on purpose after the first generate()")
+    if "models" in spec:
+        sweep = {}
+        for model in spec["models"]:  # a dir, or [dir, layer ids] (None: stock selection)
+            key = model
+            if isinstance(model, list):
+                model, layers = model
+                key = f"{model}#{'auto' if layers is None else layers}"
+            else:
+                layers = spec["layers"]
+            try:
+                generator = build_generator(gen, spec | {"layers": layers}, model, {})
+                sweep[key] = run_calls(generator, spec, {})
+                generator.executor.shutdown()
+            except Exception as exc:
+                sweep[key] = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
+            torch.save({"sweep": sweep}, spec["out"])  # what is done survives a crash
+        return
+    generator = build_generator(gen, spec, spec["model"], timings)
+    outputs = run_calls(generator, spec, timings)
     worker = None
     if spec.get("apply", True):  # a user script run through `spec-compat run` never imports it
         import spec_compat

@@ -44,7 +44,7 @@ def main() -> None:
     native_ids = tuple(k + 1 for k in spec["layers"])
 
     def install(model):
-        from spec_compat.patches.worker_language_model import find_decoder
+        from spec_compat.patches.worker_eagle3_capture import find_decoder
 
         decoder = find_decoder(model)
         decoder.aux_hidden_state_layers = native_ids
@@ -62,7 +62,7 @@ def main() -> None:
         decoder.forward = forward_keeping_aux
 
     def take(model):
-        from spec_compat.patches.worker_language_model import find_decoder
+        from spec_compat.patches.worker_eagle3_capture import find_decoder
 
         steps = find_decoder(model)._reference_steps
         find_decoder(model)._reference_steps = []

@@ -144,11 +144,11 @@ def test_family_matches_the_oracle(
 def test_layers_taking_more_arguments_need_the_native_forward(
     family, speculators_dir, family_model, family_prompts, family_oracle
 ):
-    """Without worker_native_layer_call the stock loop drops llama_4_scaling: silently wrong."""
+    """Without worker_eagle3_capture the stock loop drops llama_4_scaling: silently wrong."""
     if family != "deepseek_v2_llama4_scaling":
         pytest.skip("the stock loop reproduces this family's forward")
     run = run_family(
-        family, speculators_dir, family_model, family_prompts, exclude=["worker_native_layer_call"]
+        family, speculators_dir, family_model, family_prompts, exclude=["worker_eagle3_capture"]
     )
     assert run.returncode == 0, run.tail
     assert outcome(run, family_prompts, family_oracle) == "mismatch"
@@ -164,7 +164,7 @@ def test_wrapper_decoder_needs_the_patch_on_speculators_030(
         family_model,
         family_prompts,
         LAYERS,
-        exclude=["worker_language_model"],
+        exclude=["worker_eagle3_capture"],
         strict=False,
     )
     assert outcome(run, family_prompts, family_oracle) == "error"

@@ -82,7 +82,7 @@ def test_worker_patches_reach_spawned_workers(patched_run, line):
     assert worker["spawned"], worker  # vLLM's CPU platform always spawns
     assert worker["start_method"] == "spawn"
     states = worker["patches"]
-    assert {"worker_embed_input_ids", "worker_language_model"} <= set(states)
+    assert {"worker_embed_input_ids", "worker_eagle3_capture"} <= set(states)
     if line.startswith("0.3"):
         assert states["worker_embed_input_ids"] == "applied"
 

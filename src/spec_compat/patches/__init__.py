@@ -34,8 +34,8 @@ from . import (
     v030_whole_prompt_prefill,
     v04_batches_of_max_num_seqs,
     v04_results_in_input_order,
-    worker_embed_input_ids,
     worker_eagle3_capture,
+    worker_embed_input_ids,
 )
 
 ALL: tuple[Patch, ...] = (

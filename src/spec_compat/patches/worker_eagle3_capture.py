@@ -12,8 +12,10 @@ Why: the stock set-up binds a re-implementation of the decoder loop onto ``model
     back ascending and de-duplicated (``[3, 0, 2]`` gives ``[0, 2, 3]``; a 4-layer model's
     auto-selection ``[2, 2, 1, 3]`` gives 3 states).
 How: the model's own forward runs, asked through ``SupportsEagle3.set_aux_hidden_state_layers``
-    for vLLM ids ``k + 1`` (the state entering layer ``k + 1``): what vLLM's EAGLE-3
-    decoding reads, so exact by construction.  Releases whose models record aux states only
+    for vLLM ids ``k + 1`` (the state entering layer ``k + 1``); the model then returns
+    ``(hidden_states, aux)``, which is what vLLM's runner reads for EAGLE-3 decoding, so
+    the capture is exact by construction (native decoders and the transformers backend
+    alike); only ``hidden_states`` goes on.  Releases whose models record aux states only
     before each layer never emit the id past the last layer; that state is then taken as it
     enters the final norm (``hidden_states + residual``).  Each step's states are stored in
     the caller's order, a repeated id repeated.  A model without ``SupportsEagle3`` raises
@@ -87,7 +89,7 @@ def entering_state(module: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
 class Eagle3Capture:
     """One decoder's capture: the vLLM ids asked for, and the caller's order."""
 
-    def __init__(self, model: Any, decoder: Any, layer_ids: list[int]):
+    def __init__(self, model: Any, decoder: Any, layer_ids: list[int], extension: Any = None):
         from vllm.model_executor.models.interfaces import supports_eagle3
 
         name = type(model).__name__
@@ -100,13 +102,8 @@ class Eagle3Capture:
         self.slots = [wanted.index(k) for k in layer_ids]  # caller's order, repeats kept
         self.aux_ids = tuple(k + 1 for k in wanted)
         model.set_aux_hidden_state_layers(self.aux_ids)
-        installed = tuple(sorted(set(getattr(decoder, "aux_hidden_state_layers", ()))))
-        if installed != self.aux_ids:
-            raise CaptureUnsupported(
-                f"{name}.set_aux_hidden_state_layers{self.aux_ids} left "
-                f"{type(decoder).__name__}.aux_hidden_state_layers = {installed}"
-            )
         self.model_name = name
+        self.extension = extension
         self.norm_input: Any = None
         self.hook = None
         if len(decoder.layers) in self.aux_ids:  # until the model shows it emits that id
@@ -137,12 +134,13 @@ class Eagle3Capture:
         return [aux[i] for i in self.slots]
 
 
-def capture_forward(decoder: Any, *args: Any, **kwargs: Any) -> Any:
-    """The decoder's own forward; its aux states go to the extension, its output onwards."""
+def capture_forward(model: Any, *args: Any, **kwargs: Any) -> Any:
+    """The model's own forward, which returns `(hidden_states, aux)` once aux layers are
+    set (what vLLM's runner reads for EAGLE-3); the states go to the extension."""
     from vllm.distributed import get_pp_group, get_tp_group
 
-    capture: Eagle3Capture = decoder._spec_compat_capture
-    output = type(decoder).forward(decoder, *args, **kwargs)
+    capture: Eagle3Capture = model._spec_compat_capture
+    output = type(model).forward(model, *args, **kwargs)
     if not get_pp_group().is_last_rank:
         return output  # IntermediateTensors; the last rank stores
     if not isinstance(output, tuple):
@@ -151,7 +149,7 @@ def capture_forward(decoder: Any, *args: Any, **kwargs: Any) -> Any:
     positions = args[1] if len(args) > 1 else kwargs["positions"]
     states = capture.states(aux, positions.shape[-1])
     if get_tp_group().rank_in_group == 0:  # every rank computes the same states
-        decoder._extension._store_captured_states(states)
+        capture.extension._store_captured_states(states)
     return hidden
 
 
@@ -176,12 +174,12 @@ def wrap(original: Any) -> Any:
     @functools.wraps(original)
     def _setup_hidden_states_capture(self: Any, layer_ids: list[int]) -> None:
         model = self.model_runner.model
-        decoder = find_decoder(model)
         self._layer_ids = frozenset(layer_ids)  # the stock attributes, for its other methods
         self._captured_states = None
-        decoder._extension = self
-        decoder._spec_compat_capture = Eagle3Capture(model, decoder, list(layer_ids))
-        decoder.forward = types.MethodType(capture_forward, decoder)
+        model._spec_compat_capture = Eagle3Capture(
+            model, find_decoder(model), list(layer_ids), extension=self
+        )
+        model.forward = types.MethodType(capture_forward, model)
 
     return _setup_hidden_states_capture
 

@@ -1,0 +1,136 @@
+"""The architecture sweep: every architecture of the installed vLLM that implements
+`SupportsEagle3`, built as a tiny random model wherever transformers has its class.
+
+A model is transformers' own class for the architecture name with a config shrunk to a few
+small layers (`SHRINK`, applied to the keys the family's config has, so derived fields such
+as `layer_types` follow), saved in float32 with the shared local tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import tiny_models
+
+LAYERS = 4
+#: the caller's order, not ascending: states must come back in it
+SWEEP_LAYER_IDS = [3, 0, 2]
+
+SHRINK = {
+    "vocab_size": tiny_models.VOCAB,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "num_hidden_layers": LAYERS,
+    "n_layer": LAYERS,
+    "n_embd": 128,
+    "n_head": 4,
+    "n_inner": 256,
+    "max_position_embeddings": 2048,
+    "n_positions": 2048,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+    "tie_word_embeddings": False,
+}
+
+#: per-family tweaks on top of SHRINK: hidden sizes the family's kernels require, or
+#: features a tiny model must not have (vLLM's CPU kernels lack them).
+OVERRIDES: dict[str, dict] = {
+    "GPTBigCodeForCausalLM": {"multi_query": True},
+    "GptOssForCausalLM": {"sliding_window": 64},
+}
+
+#: Families the sweep leaves to `test_model_families.py`: vLLM's CPU MLA kernels differ from
+#: transformers, so they are compared with vLLM's own aux states (docs/models.md).
+MLA = ("Deepseek", "GlmMoeDsa", "SarvamMLA", "MistralLarge3", "KimiK25", "MiniCPM3")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    architecture: str
+    vllm_module: str
+    multimodal: bool
+    blocker: str | None  # why it is not run here, if it is not
+
+
+def eagle3_architectures() -> list[Candidate]:
+    """Every architecture of the installed vLLM whose class implements SupportsEagle3."""
+    import transformers
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_eagle3, supports_multimodal
+
+    found = []
+    for arch in sorted(ModelRegistry.get_supported_archs()):
+        try:
+            cls = ModelRegistry._try_load_model_cls(arch)
+        except Exception as exc:  # an optional dependency the class needs
+            found.append(Candidate(arch, "?", False, f"vLLM class does not import: {exc}"))
+            continue
+        if cls is None:
+            found.append(
+                Candidate(
+                    arch,
+                    "?",
+                    False,
+                    "vLLM's class does not import here (a missing "
+                    "optional dependency, e.g. torchvision for vision towers)",
+                )
+            )
+            continue
+        if not supports_eagle3(cls):
+            continue
+        module = cls.__module__.rsplit(".", 1)[-1]
+        multimodal = bool(supports_multimodal(cls))
+        blocker = None
+        if arch.startswith(MLA):
+            blocker = "MLA: proven against vLLM's own states in test_model_families"
+        elif any(word in arch for word in ("Eagle", "Draft", "DSpark", "MTP", "Assistant")):
+            blocker = "a draft model itself, not a verifier"
+        elif arch.endswith("Model") or "Embedding" in arch or "Classification" in arch:
+            blocker = "a pooling model (no LM head): nothing for the extractor to generate"
+        elif multimodal:
+            blocker = "multimodal wrapper: test_model_families (Llava) and docs/models.md"
+        elif not hasattr(transformers, arch):
+            blocker = f"transformers {transformers.__version__} has no class {arch}"
+        found.append(Candidate(arch, module, multimodal, blocker))
+    return found
+
+
+def build(arch: str, directory: Path, seed: int = 0) -> Path:
+    """A tiny random model of transformers' class `arch` (raises if transformers cannot)."""
+    import transformers
+
+    cls = getattr(transformers, arch)
+    known = cls.config_class().to_dict()
+    kwargs = {k: v for k, v in SHRINK.items() if k in known}
+    kwargs |= OVERRIDES.get(arch, {})
+    config = cls.config_class(**kwargs)
+    config.architectures = [arch]
+    tiny_models._start(directory, seed)
+    return tiny_models._save(cls(config), directory)
+
+
+@dataclass
+class Outcome:
+    architecture: str
+    vllm_module: str
+    line: str
+    state: str  # exact | mismatch | error | not run
+    error: float | None = None  # max relative error against transformers float32
+    reason: str = ""
+
+
+def write_record(path: Path, outcomes: list[Outcome]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([asdict(o) for o in outcomes], indent=1))

@@ -1,0 +1,146 @@
+"""The architecture sweep: the stock extractor with a plain `apply()` on every EAGLE-3
+architecture of the installed vLLM that transformers can build, against transformers.
+
+One extractor process per speculators line builds one generator per model in turn
+(`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`: the states must come back
+in that order.  The core scope (CI) runs the subset in `CORE`; the full scope every
+candidate.  `SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which
+`tools/models_doc.py` renders docs/models.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from . import sweep, tiny_models
+from .harness import TOLERANCE, compare, oracle, outcome, run_stock
+
+pytestmark = pytest.mark.e2e
+
+#: the CI subset: vLLM's Mistral (its loop lives in a parent class) and two families
+#: vLLM serves through different code paths (its own Qwen3, the transformers backend)
+CORE = ("MistralForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM")
+E2E_SCOPE = os.environ.get("SPEC_COMPAT_E2E_SCOPE", "full")
+#: the model that also runs with layer_ids=None (the stock auto-selection)
+AUTO, AUTO_KEY = "MistralForCausalLM", "MistralForCausalLM, layer_ids=None"
+AUTO_LAYERS = [2, 4 // 2, 4 - 3, 4 - 1]  # speculators' choice for 4 layers: [2, 2, 1, 3]
+PROMPTS = tiny_models.random_prompts(6, 2, 120, seed=11)
+
+
+def candidates() -> list[sweep.Candidate]:
+    try:
+        found = sweep.eagle3_architectures()
+    except ImportError:  # no vLLM here: the E2E stack check reports it
+        return []
+    if E2E_SCOPE == "core":
+        return [c for c in found if c.architecture in CORE]
+    return found
+
+
+CANDIDATES = candidates()
+
+
+@pytest.fixture(scope="module")
+def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
+    """Build every runnable candidate, run them all in one extractor process, compare."""
+    root = tmp_path_factory.mktemp(f"sweep-{line}")
+    outcomes: dict[str, sweep.Outcome] = {}
+    built: dict[str, Path] = {}
+    for c in CANDIDATES:
+        if c.blocker:
+            outcomes[c.architecture] = sweep.Outcome(
+                c.architecture, c.vllm_module, line, "not run", reason=c.blocker
+            )
+            continue
+        try:
+            built[c.architecture] = sweep.build(c.architecture, root / c.architecture)
+        except Exception as exc:
+            outcomes[c.architecture] = sweep.Outcome(
+                c.architecture,
+                c.vllm_module,
+                line,
+                "not run",
+                reason=f"transformers cannot build it: {type(exc).__name__}: {exc}"[:300],
+            )
+    module_of = {c.architecture: c.vllm_module for c in CANDIDATES}
+    if built:
+        run = run_stock(
+            speculators_dir,
+            next(iter(built.values())),
+            PROMPTS,
+            sweep.SWEEP_LAYER_IDS,
+            extra={"models": [str(p) for p in built.values()] + auto_selection(built)},
+            timeout=60 * 60,
+        )
+        assert run.data is not None, f"sweep process failed:\n{run.tail}"
+        results = run.data["sweep"]
+        for arch, model in built.items():
+            outcomes[arch] = judge(arch, module_of[arch], line, model, results.get(str(model)))
+        if AUTO in built:
+            outcomes[AUTO_KEY] = judge(
+                AUTO,
+                module_of[AUTO],
+                line,
+                built[AUTO],
+                results.get(f"{built[AUTO]}#auto"),
+                AUTO_LAYERS,
+            )
+    if record := os.environ.get("SPEC_COMPAT_SWEEP_RECORD"):
+        from spec_compat.gates import vllm_version
+
+        sweep.write_record(
+            Path(record) / f"vllm-{vllm_version()}-speculators-{line}.json", list(outcomes.values())
+        )
+    return outcomes
+
+
+def auto_selection(built: dict[str, Path]) -> list:
+    """The stock auto-selection on a 4-layer model: [2, 2, 1, 3], a repeat included."""
+    return [[str(built[AUTO]), None]] if AUTO in built else []
+
+
+def judge(
+    arch: str, module: str, line: str, model: Path, got, layers=sweep.SWEEP_LAYER_IDS
+) -> sweep.Outcome:
+    if got is None or isinstance(got, dict):
+        reason = (got or {}).get("error", "the sweep process stopped before this model")
+        return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
+    try:
+        want = oracle(model, PROMPTS, layers)
+    except Exception as exc:
+        return sweep.Outcome(arch, module, line, "not run", reason=f"oracle: {exc}"[:300])
+    error = compare(got[0], PROMPTS, want)
+    state = "exact" if error <= TOLERANCE else "mismatch"
+    return sweep.Outcome(arch, module, line, state, error=error)
+
+
+@pytest.mark.parametrize(
+    "architecture", [c.architecture for c in CANDIDATES if not c.blocker] or ["none"]
+)
+def test_architecture_matches_transformers_in_the_callers_order(swept, architecture):
+    if architecture == "none":
+        pytest.skip("no runnable EAGLE-3 architecture in this environment")
+    outcome = swept[architecture]
+    if outcome.state == "not run":
+        pytest.skip(outcome.reason)
+    assert outcome.state == "exact", f"{architecture}: {outcome}"
+
+
+def test_stock_auto_selection_gives_every_requested_state_in_order(swept):
+    if AUTO_KEY not in swept:
+        pytest.skip(f"{AUTO} is not built here")
+    outcome = swept[AUTO_KEY]
+    assert outcome.state == "exact", outcome
+
+
+@pytest.mark.exhaustive
+def test_without_the_capture_patch_mistral_is_not_exact(line, speculators_dir, tmp_path):
+    """The stock loop cannot serve vLLM's Mistral in the caller's order: the patch carries it."""
+    model = sweep.build(AUTO, tmp_path / AUTO)
+    run = run_stock(
+        speculators_dir, model, PROMPTS, sweep.SWEEP_LAYER_IDS, exclude=["worker_eagle3_capture"]
+    )
+    assert outcome(run, PROMPTS, oracle(model, PROMPTS, sweep.SWEEP_LAYER_IDS)) != "match"
