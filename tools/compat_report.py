@@ -2,6 +2,8 @@
 
     python tools/compat_report.py results/    # -> docs/compatibility.md, docs/models.md,
                                               #    supported_versions.json
+    python tools/compat_report.py --sweep DIR # architecture sweep records
+                                              #    -> docs/architectures.json, docs/models.md
 
 Both outputs are generated from real runs (tests/e2e, SPEC_COMPAT_RESULTS_DIR); never edit
 them by hand.  A later run of the same pair replaces the earlier one; pairs not re-run keep
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from packaging.version import Version
@@ -20,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JSON_OUT = ROOT / "supported_versions.json"
 MD_OUT = ROOT / "docs" / "compatibility.md"
 MODELS_OUT = ROOT / "docs" / "models.md"
+SWEEP_JSON = ROOT / "docs" / "architectures.json"
 Key = tuple[str, str, str]  # vLLM, speculators, model family
 
 
@@ -86,10 +90,76 @@ def render_models(records: dict[Key, dict]) -> str:
     if reasons:
         out += ["", "## Not runnable (n/a)", ""]
         out += [f"- {f}: {reason}" for f, reason in sorted(reasons)]
+    out += render_sweep(load_sweep())
     notes = ROOT / "docs" / "models-notes.md"
     if notes.exists():
         out += ["", notes.read_text().rstrip()]
     return "\n".join(out) + "\n"
+
+
+def load_sweep(directory: Path | None = None) -> dict[Key, dict]:
+    """Sweep outcomes by (vLLM, speculators line, architecture): the committed ones, then
+    those in `directory` (tests/e2e/test_architectures.py, SPEC_COMPAT_SWEEP_RECORD)."""
+    merged = {}
+    if SWEEP_JSON.exists():
+        for o in json.loads(SWEEP_JSON.read_text()):
+            merged[(o["vllm"], o["line"], o["architecture"])] = o
+    for path in sorted(directory.glob("*.json")) if directory else []:
+        named = re.search(r"vllm-(.+?)-speculators", path.name)
+        for o in json.loads(path.read_text()):
+            o["vllm"] = o.get("vllm") or (named.group(1) if named else "?")
+            merged[(o["vllm"], o["line"], o["architecture"])] = o
+    return merged
+
+
+def _sweep_cell(o: dict | None) -> str:
+    if o is None:
+        return "not run"
+    if o["state"] in ("exact", "mismatch"):
+        return f"{o['state']} ({o['error']:.1e})"
+    return o["state"]
+
+
+def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
+    if not outcomes:
+        return []
+    out = [
+        "",
+        "## EAGLE-3 architecture sweep (tests/e2e/test_architectures.py)",
+        "",
+        "Every architecture of the vLLM release whose class implements `SupportsEagle3`: a "
+        "tiny random model built from transformers' class of the same name (4 layers, "
+        "float32) through the unchanged stock extractor with a plain `spec_compat.apply()`, "
+        "`layer_ids=[3, 0, 2]` (states must come back in that order), max relative error "
+        "against transformers float32 (exact: <= 1e-5).  Not run: the reason is given.",
+    ]
+    for version in sorted({v for v, _, _ in outcomes}, key=Version):
+        lines = sorted({s for v, s, _ in outcomes if v == version})
+        archs = sorted({a for v, _, a in outcomes if v == version})
+        exact = [
+            a
+            for a in archs
+            if all((outcomes.get((version, s, a)) or {}).get("state") == "exact" for s in lines)
+        ]
+        out += [
+            "",
+            f"### vLLM {version}: {len(exact)} of {len(archs)} exact on every line",
+            "",
+            "| architecture | vLLM module | "
+            + " | ".join(f"speculators {s}" for s in lines)
+            + " | reason |",
+            "|---|---|" + "---|" * (len(lines) + 1),
+        ]
+        for a in archs:
+            cells = [outcomes.get((version, s, a)) for s in lines]
+            first = next(c for c in cells if c)
+            reasons = sorted({c["reason"] for c in cells if c and c.get("reason")})
+            out.append(
+                f"| {a} | {first['vllm_module']} | "
+                + " | ".join(_sweep_cell(c) for c in cells)
+                + f" | {'; '.join(reasons).replace('|', '/')} |"
+            )
+    return out
 
 
 def render(all_records: dict[Key, dict]) -> str:
@@ -131,8 +201,20 @@ def render(all_records: dict[Key, dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path, help="folder of per-pair JSON results")
+    parser.add_argument("results", type=Path, nargs="?", help="folder of per-pair JSON results")
+    parser.add_argument("--sweep", type=Path, help="folder of architecture sweep records")
     args = parser.parse_args()
+    if args.sweep:
+        merged = sorted(
+            load_sweep(args.sweep).values(),
+            key=lambda o: (Version(o["vllm"]), o["line"], o["architecture"]),
+        )
+        SWEEP_JSON.write_text(json.dumps(merged, indent=1) + "\n")
+    if args.results is None:  # re-render docs/models.md from the committed records
+        records = {key(r): r for r in json.loads(JSON_OUT.read_text())["results"]}
+        MODELS_OUT.write_text(render_models(records))
+        print(f"wrote {SWEEP_JSON.name}, docs/models.md")
+        return
     records = load(args.results)
     ordered = sorted(records.values(), key=lambda r: (Version(r["vllm"]), *key(r)[1:]))
     JSON_OUT.write_text(

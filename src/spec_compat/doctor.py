@@ -1,21 +1,25 @@
-"""`python -m spec_compat doctor [--json] [--no-patches]`: a preflight in seconds.
+"""`python -m spec_compat doctor [--json] [--no-patches] [--model PATH]`: a preflight in seconds.
 
 Loads no model and starts no vLLM process.  It calls `spec_compat.apply(strict=False)` in its
 own process (unless `--no-patches`), imports the stock speculators modules (and so vLLM),
 and reports: installed versions and platform; every patch's state and what its probe saw;
 every call the stock modules make into vLLM (the touch points) with whether it binds
-against the installed signature and which patch repairs it.
+against the installed signature and which patch repairs it.  With `--model PATH` it also
+reads `PATH/config.json` (nothing else) and says whether the capture serves that
+architecture (vLLM's class must implement `SupportsEagle3`), before any weights load.
 
 Exit codes: 0 supported; 1 unsupported drift (a patch met an unknown shape, or a call does
-not bind and no applied patch repairs it; with --no-patches: any call that does not bind);
-2 environment problem (vllm or speculators missing, a speculators line spec_compat does not
+not bind and no applied patch repairs it; with --no-patches: any call that does not bind;
+with --model: an architecture the capture cannot serve); 2 environment problem (no
+config.json at --model, (vllm or speculators missing, a speculators line spec_compat does not
 know, or the stock modules do not import).
 
 JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched" |
 "no-patches"), "versions" {name: version|null}, "platform", "patches" [{"name", "side",
 "target", "state", "reason", "found"}], "touch_points" [{"module", "line", "call", "name",
 "target", "keywords", "n_positional", "present", "binds", "error", "signature",
-"covered_by"}], "unsupported" [patch-shaped records], "problems" [str], "exit_code",
+"covered_by"}], "unsupported" [patch-shaped records], "problems" [str], "model" (null, or
+{"path", "architecture", "vllm_class", "layers", "served", "reason"}), "exit_code",
 "seconds"}.
 """
 
@@ -61,6 +65,7 @@ class Report:
     touch_points: list[TouchPoint] = field(default_factory=list)
     unsupported: list[Result] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    model: dict[str, Any] | None = None
     seconds: float = 0.0
 
     @property
@@ -68,6 +73,8 @@ class Report:
         if self.problems:
             return EXIT_ENVIRONMENT
         if self.unsupported or any(r.state is State.UNSUPPORTED for r in self.patches):
+            return EXIT_DRIFT
+        if self.model is not None and not self.model["served"]:
             return EXIT_DRIFT
         return EXIT_OK
 
@@ -82,6 +89,7 @@ class Report:
             "touch_points": [t.as_dict() for t in self.touch_points],
             "unsupported": [r.as_dict() for r in self.unsupported],
             "problems": self.problems,
+            "model": self.model,
             "exit_code": self.exit_code,
             "seconds": round(self.seconds, 2),
         }
@@ -109,7 +117,23 @@ def _environment_problems(versions: dict[str, str | None]) -> list[str]:
     return problems
 
 
-def collect(no_patches: bool = False) -> Report:
+def model_route(path: str) -> dict[str, Any]:
+    """What the capture does for the model at `path`, from its config.json alone."""
+    from .capture import read_config, route, text_layers
+
+    config = read_config(path)
+    found = route(config.get("architectures") or [])
+    return {
+        "path": path,
+        "architecture": found.architecture,
+        "vllm_class": found.vllm_class,
+        "layers": text_layers(config),
+        "served": found.served,
+        "reason": found.reason,
+    }
+
+
+def collect(no_patches: bool = False, model: str | None = None) -> Report:
     started = time.perf_counter()
     versions = {"python": platform.python_version()}
     for name, dists in PACKAGES.items():
@@ -135,6 +159,11 @@ def collect(no_patches: bool = False) -> Report:
         except Exception as exc:
             report.problems.append(f"import {name} failed: {type(exc).__name__}: {exc}")
     report.platform = _vllm_platform()
+    if model is not None:
+        try:
+            report.model = model_route(model)
+        except (OSError, ValueError) as exc:
+            report.problems.append(f"--model {model}: {exc}")
     if no_patches:  # what each patch's gates would decide, nothing applied
         report.patches = [
             REGISTRY.gate(p, sys.modules[p.module])
@@ -202,6 +231,15 @@ def render(report: Report) -> str:
             lines.append(f"  {where:<33} {t.call:<40} {mark}{fix}")
             if t.drift:
                 lines.append(f"  {'':<33} {t.error}")
+    if report.model is not None:
+        m = report.model
+        verdict = "served" if m["served"] else "REFUSED"
+        lines += [
+            "",
+            f"model {m['path']}: {m['architecture']} ({m['layers']} layers) -> "
+            f"{m['vllm_class'] or 'no vLLM class'}",
+            f"  capture: {verdict}: {m['reason']}",
+        ]
     for r in report.unsupported:
         lines.append(f"UNSUPPORTED: {r.name}: {r.target}: {r.reason}")
     for problem in report.problems:
@@ -225,11 +263,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--no-patches", action="store_true", help="report the stock code against vLLM as is"
     )
+    parser.add_argument(
+        "--model", metavar="PATH", help="also check a model directory's config.json (no weights)"
+    )
     args = parser.parse_args(argv)
     # vLLM logs to stdout; keep stdout for the report alone (vLLM's handler binds the stream
     # it finds when it is first imported, inside collect()).
     with contextlib.redirect_stdout(sys.stderr):
-        report = collect(no_patches=args.no_patches)
+        report = collect(no_patches=args.no_patches, model=args.model)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -127,10 +127,19 @@ class Outcome:
     vllm_module: str
     line: str
     state: str  # exact | mismatch | error | not run
+    vllm: str = ""
     error: float | None = None  # max relative error against transformers float32
     reason: str = ""
 
 
-def write_record(path: Path, outcomes: list[Outcome]) -> None:
+def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
+    """One JSON file per (vLLM, line); tools/compat_report.py --sweep merges them."""
+    from spec_compat.gates import vllm_version
+
+    version = str(vllm_version())
+    for o in outcomes:
+        o.vllm = version
+    path = directory / f"sweep-vllm-{version}-speculators-{line}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
+    return path

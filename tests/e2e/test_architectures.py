@@ -5,11 +5,13 @@ One extractor process per speculators line builds one generator per model in tur
 (`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`: the states must come back
 in that order.  The core scope (CI) runs the subset in `CORE`; the full scope every
 candidate.  `SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which
-`tools/models_doc.py` renders docs/models.md.
+`tools/compat_report.py --sweep DIR` merges into docs/architectures.json and renders
+into docs/models.md.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -89,11 +91,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
                 AUTO_LAYERS,
             )
     if record := os.environ.get("SPEC_COMPAT_SWEEP_RECORD"):
-        from spec_compat.gates import vllm_version
-
-        sweep.write_record(
-            Path(record) / f"vllm-{vllm_version()}-speculators-{line}.json", list(outcomes.values())
-        )
+        sweep.write_record(Path(record), line, list(outcomes.values()))
     return outcomes
 
 
@@ -144,3 +142,28 @@ def test_without_the_capture_patch_mistral_is_not_exact(line, speculators_dir, t
         speculators_dir, model, PROMPTS, sweep.SWEEP_LAYER_IDS, exclude=["worker_eagle3_capture"]
     )
     assert outcome(run, PROMPTS, oracle(model, PROMPTS, sweep.SWEEP_LAYER_IDS)) != "match"
+
+
+def test_unservable_models_and_empty_layer_ids_are_refused_before_loading(
+    speculators_dir, tiny_llama, tmp_path
+):
+    """Refused from config.json and the arguments alone: the GPT-2 directory holds no
+    weights at all, so any attempt to load it would fail differently."""
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 4})
+    )
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        PROMPTS,
+        sweep.SWEEP_LAYER_IDS,
+        extra={"models": [str(gpt2), [str(tiny_llama), []]]},
+    )
+    assert run.data is not None, run.tail
+    refused = run.data["sweep"]
+    assert refused[str(gpt2)]["error"].startswith("UnsupportedModel: ")
+    assert "GPT2LMHeadModel does not implement vLLM's SupportsEagle3" in refused[str(gpt2)]["error"]
+    empty = refused[f"{tiny_llama}#[]"]["error"]
+    assert empty.startswith("UnsupportedModel: layer_ids=[] asks for no hidden states"), empty

@@ -28,8 +28,8 @@ def doctor(speculators_dir, *args: str) -> tuple[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def patched_doctor(speculators_dir) -> tuple[int, dict]:
-    return doctor(speculators_dir)
+def patched_doctor(speculators_dir, tiny_llama) -> tuple[int, dict]:
+    return doctor(speculators_dir, "--model", str(tiny_llama))
 
 
 def test_doctor_reports_every_patch_and_touch_point_supported(patched_doctor, line):
@@ -60,3 +60,30 @@ def test_doctor_without_patches_names_the_breakages(speculators_dir, patched_doc
     assert repaired_by <= applied
     if line.startswith("0.3"):
         assert code == 1 and repaired_by, plain["unsupported"]
+
+
+def test_doctor_model_reads_the_config_and_names_the_capture(patched_doctor, tiny_llama):
+    _, report = patched_doctor
+    assert report["model"] == {
+        "path": str(tiny_llama),
+        "architecture": "LlamaForCausalLM",
+        "vllm_class": "vllm.model_executor.models.llama.LlamaForCausalLM",
+        "layers": 4,
+        "served": True,
+        "reason": "vLLM's own EAGLE-3 aux hidden states",
+    }
+
+
+def test_doctor_model_refuses_what_the_capture_cannot_serve(speculators_dir, tmp_path):
+    """GPT-2 has no SupportsEagle3 in vLLM: refused from config.json alone (no weights
+    exist here); a directory without config.json is an environment problem."""
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 4})
+    )
+    code, report = doctor(speculators_dir, "--model", str(tmp_path))
+    assert code == 1, report
+    assert not report["model"]["served"]
+    assert "GPT2LMHeadModel does not implement vLLM's SupportsEagle3" in report["model"]["reason"]
+    code, report = doctor(speculators_dir, "--model", str(tmp_path / "missing"))
+    assert code == 2
+    assert any("no config.json" in p for p in report["problems"]), report["problems"]
