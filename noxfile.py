@@ -1,5 +1,6 @@
 """Sessions: `nox -s ci` (what CI runs, ~11 min on 2 cores), `nox -s exhaustive` (every
-proof on vLLM 0.32.0), `nox -s "e2e(vllm='0.32.0')"`, `nox -s lint`, `nox -s nightly`.
+proof on vLLM 0.32.0), `nox -s vision` (multimodal wrappers), `nox -s "e2e(vllm='0.32.0')"`,
+`nox -s lint`, `nox -s nightly`.
 
 Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
 with hard links); both speculators lines live beside it and are chosen per test run.
@@ -210,6 +211,28 @@ def exhaustive(session: nox.Session) -> None:
     python = _environment(session, EXHAUSTIVE_RELEASE)
     with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (full)"):
         _pytest(session, python, "-p", "no:cacheprovider", "-rs", "--durations=25")
+
+
+@nox.session
+def vision(session: nox.Session) -> None:
+    """Multimodal wrappers on EXHAUSTIVE_RELEASE: vLLM's vision towers and transformers 5's
+    image processors need torchvision, and PyPI's torchvision needs PyPI's (CUDA) torch, so
+    they run in `.venvs/vllm-<release>-vision` (tools/make_env.py --vision; CUDA builds run
+    on the CPU): the sweep's wrappers and the Llava family, both speculators lines."""
+    _environment(session, EXHAUSTIVE_RELEASE, "--vision")
+    python = str(ROOT / ".venvs" / f"vllm-{EXHAUSTIVE_RELEASE}-vision" / "bin" / "python")
+    with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (vision)"):
+        _pytest(
+            session,
+            python,
+            "tests/e2e/test_architectures.py",
+            "tests/e2e/test_model_families.py",
+            "-k",
+            "ForConditionalGeneration or llava or kimi_k25",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+        )
 
 
 @nox.session

