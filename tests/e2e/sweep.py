@@ -44,11 +44,14 @@ SHRINK = {
     "tie_word_embeddings": False,
 }
 
-#: per-family tweaks on top of SHRINK: hidden sizes the family's kernels require, or
-#: features a tiny model must not have (vLLM's CPU kernels lack them).
+#: per-family tweaks on top of SHRINK.
 OVERRIDES: dict[str, dict] = {
     "GPTBigCodeForCausalLM": {"multi_query": True},
     "GptOssForCausalLM": {"sliding_window": 64},
+    # vLLM reads the released checkpoints' router keys, which transformers' config lacks;
+    # transformers' router is exactly this (sigmoid scores, renormalised top-k)
+    "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True},
+    "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
 }
 
 #: Architectures whose tiny model needs more than a shrunk config (nested vision and text
@@ -122,7 +125,9 @@ def build(arch: str, directory: Path, seed: int = 0) -> Path:
         return BUILDERS[arch](directory, layers=LAYERS, seed=seed)
     cls = getattr(transformers, arch)
     known = cls.config_class().to_dict()
-    kwargs = {k: v for k, v in SHRINK.items() if k in known}
+    # only what the family has: a MoE size on a dense config would switch experts on in
+    # vLLM's reading of the config but not in transformers' (Gemma 4)
+    kwargs = {k: v for k, v in SHRINK.items() if known.get(k) not in (None, False, 0)}
     kwargs |= OVERRIDES.get(arch, {})
     config = cls.config_class(**kwargs)
     config.architectures = [arch]

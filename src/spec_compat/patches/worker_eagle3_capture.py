@@ -42,8 +42,9 @@ class CaptureUnsupported(RuntimeError):
     """The model cannot give the requested states exactly: refused, never guessed."""
 
 
-def find_decoder(model: Any) -> Any:
-    """The module that holds the decoder layers (`.layers`, `.norm`)."""
+def find_decoder(model: Any) -> Any | None:
+    """The module that holds the decoder layers (`.layers`, `.norm`), where there is one:
+    only a model that does not emit the last layer's aux state needs it."""
     language_model = model.get_language_model() if hasattr(model, "get_language_model") else None
     candidates = [
         getattr(language_model, "model", None),
@@ -54,10 +55,7 @@ def find_decoder(model: Any) -> Any:
     for candidate in candidates:
         if candidate is not None and hasattr(candidate, "layers") and hasattr(candidate, "norm"):
             return candidate
-    raise CaptureUnsupported(
-        f"{type(model).__name__} has no reachable decoder layers (looked at "
-        "get_language_model().model, get_language_model(), language_model.model, model)"
-    )
+    return None
 
 
 @functools.cache
@@ -106,7 +104,8 @@ class Eagle3Capture:
         self.extension = extension
         self.norm_input: Any = None
         self.hook = None
-        if len(decoder.layers) in self.aux_ids:  # until the model shows it emits that id
+        if decoder is not None and len(decoder.layers) in self.aux_ids:  # until the model
+            # shows that it emits the last id itself
             self.hook = decoder.norm.register_forward_pre_hook(self._record, with_kwargs=True)
 
     def _record(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
@@ -124,6 +123,7 @@ class Eagle3Capture:
         if len(aux) != len(self.aux_ids):
             raise CaptureUnsupported(
                 f"{self.model_name}: {len(aux)} aux hidden states for vLLM ids {self.aux_ids}"
+                + ("" if self.hook else " (and no decoder norm found to take the last one)")
             )
         for vllm_id, state in zip(self.aux_ids, aux, strict=True):
             if state.shape[0] != num_tokens:
