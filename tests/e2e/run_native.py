@@ -44,28 +44,34 @@ def main() -> None:
     native_ids = tuple(k + 1 for k in spec["layers"])
 
     def install(model):
+        """Aux states as vLLM's EAGLE-3 path asks for them: on the decoder where it holds
+        `aux_hidden_state_layers`, else through the model's own `set_aux_hidden_state_layers`
+        (vLLM's transformers backend records them in the model's forward)."""
         from spec_compat.patches.worker_eagle3_capture import find_decoder
 
         decoder = find_decoder(model)
-        decoder.aux_hidden_state_layers = native_ids
-        forward = decoder.forward
-        decoder._reference_steps = []
+        if decoder is not None and hasattr(decoder, "aux_hidden_state_layers"):
+            decoder.aux_hidden_state_layers = native_ids
+            target = decoder
+        else:
+            model.set_aux_hidden_state_layers(native_ids)
+            target = model
+        forward = target.forward
+        model._reference_steps = []
 
         def forward_keeping_aux(*args, **kwargs):
             output = forward(*args, **kwargs)
             if not isinstance(output, tuple):
-                raise RuntimeError(f"{type(decoder).__name__} has no native aux hidden states")
+                raise RuntimeError(f"{type(target).__name__} has no native aux hidden states")
             hidden, aux = output
-            decoder._reference_steps.append([a.clone() for a in aux])
+            model._reference_steps.append([a.clone() for a in aux])
             return hidden
 
-        decoder.forward = forward_keeping_aux
+        target.forward = forward_keeping_aux
 
     def take(model):
-        from spec_compat.patches.worker_eagle3_capture import find_decoder
-
-        steps = find_decoder(model)._reference_steps
-        find_decoder(model)._reference_steps = []
+        steps = model._reference_steps
+        model._reference_steps = []
         return steps
 
     llm.apply_model(install)
@@ -73,7 +79,10 @@ def main() -> None:
     for ids in spec["prompts"]:
         llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1), use_tqdm=False)
         steps = llm.apply_model(take)[0]
-        prefill = steps[0]  # the decode step that samples the one token is not run
+        # the decode step that samples the one token is not run; aux states come in
+        # ascending id order, results in the order the layers were asked for
+        ascending = sorted(set(native_ids))
+        prefill = [steps[0][ascending.index(i)] for i in native_ids]
         assert all(state.shape[0] == len(ids) for state in prefill), "prefill split in steps"
         results.append(prefill)
     torch.save(results, spec["out"])
