@@ -88,7 +88,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
             outcomes[arch] = judge(arch, module_of[arch], line, model, got)
         if AUTO in built:
             outcomes[AUTO_KEY] = judge(
-                AUTO,
+                AUTO_KEY,
                 module_of[AUTO],
                 line,
                 built[AUTO],
