@@ -10,9 +10,9 @@ architecture (vLLM's class must implement `SupportsEagle3`), before any weights 
 
 Exit codes: 0 supported; 1 unsupported drift (a patch met an unknown shape, or a call does
 not bind and no applied patch repairs it; with --no-patches: any call that does not bind;
-with --model: an architecture the capture cannot serve); 2 environment problem (no
-config.json at --model, (vllm or speculators missing, a speculators line spec_compat does not
-know, or the stock modules do not import).
+with --model: an architecture the capture cannot serve); 2 environment problem (vllm or
+speculators missing, a speculators line spec_compat does not know, the stock modules do not
+import, or no config.json at --model).
 
 JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched" |
 "no-patches"), "versions" {name: version|null}, "platform", "patches" [{"name", "side",
