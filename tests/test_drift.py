@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+import wrapt
 
 from spec_compat import gates
 from spec_compat.drift import check, scan
@@ -137,16 +138,45 @@ def test_import_patch_redirects_a_moved_name(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(gates, "speculators_version", lambda: None)
     patch = ImportPatch("moved_test", stock, f"{vendor}.old", f"{vendor}.new", ("moved",), "")
-    decisions = []
+    decisions, hooked = [], []
     monkeypatch.setattr(gate.GATE, "import_patches", [patch])
     monkeypatch.setattr(gate.GATE, "on_decision", decisions.append)
+    # a post-import hook registered before the gate (another wrapt user, or a launcher):
+    # wrapt's finder then sits behind the gate in sys.meta_path, and must still fire
+    wrapt.register_post_import_hook(hooked.append, stock)
     gate.install()
     try:
         module = __import__(stock)
+        assert hooked == [module]
         assert module.moved() == "moved" and module.kept() == "kept"
         assert [d.state for d in decisions] == [State.APPLIED]
         assert "lacks ['moved']" in decisions[0].found
         assert not hasattr(sys.modules[f"{vendor}.old"], "moved")  # the vendor is untouched
+    finally:
+        gate.uninstall()
+        for name in [m for m in sys.modules if m.startswith((vendor, stock))]:
+            sys.modules.pop(name)
+
+
+def test_a_stock_module_the_gate_leaves_alone_still_fires_earlier_hooks(tmp_path, monkeypatch):
+    """The gate returns no spec of its own unless it rewrites: wrapt's finder, wherever it
+    sits, loads the module and fires the post-import hooks (every registry patch)."""
+    from spec_compat import requirements_gate as gate
+    from spec_compat.patches.kv_cache_planning_module import ImportPatch
+
+    vendor = f"keptvendor_{os.urandom(3).hex()}"
+    (tmp_path / f"{vendor}.py").write_text("def kept():\n    return 'kept'\n")
+    stock = f"keptstock_{os.urandom(3).hex()}"
+    (tmp_path / f"{stock}.py").write_text(f"from {vendor} import kept\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(gates, "speculators_version", lambda: None)
+    patch = ImportPatch("kept_test", stock, vendor, f"{vendor}_new", ("kept",), "")
+    monkeypatch.setattr(gate.GATE, "import_patches", [patch])
+    hooked = []
+    wrapt.register_post_import_hook(hooked.append, stock)
+    gate.install()
+    try:
+        assert hooked == [__import__(stock)]
     finally:
         gate.uninstall()
         for name in [m for m in sys.modules if m.startswith((vendor, stock))]:

@@ -103,14 +103,19 @@ def test_prompt_checks_name_the_prompt(caplog):
     check = generate_checks.check_prompts
     with pytest.raises(ValueError, match="no prompts"):
         check([], 100, 10)
-    with pytest.raises(ValueError, match="prompt 1 is empty"):
+    with pytest.raises(ValueError, match=r"prompt 1 of this generate\(\) call is empty"):
         check([[1], []], 100, 10)
-    with pytest.raises(ValueError, match=r"prompt 0: token id 100 is outside .*0\.\.99"):
+    with pytest.raises(
+        ValueError, match=r"prompt 0 of this generate\(\) call: token id 100 is outside .*0\.\.99"
+    ):
         check([[1, 100]], 100, 10)
     with pytest.raises(ValueError, match="token id -1"):
         check([[-1]], 100, 10)
     check([list(range(12))], 100, 10)
-    assert "prompt 0 has 12 tokens; the stock extractor keeps the first 10" in caplog.text
+    assert (
+        "prompt 0 of this generate() call has 12 tokens; the stock extractor keeps the first 10"
+        in caplog.text
+    )
 
 
 def test_state_checks_find_nan_zero_rows_and_short_captures():
@@ -127,10 +132,10 @@ def test_state_checks_find_nan_zero_rows_and_short_captures():
         {"input_ids": torch.arange(3), "hidden_states": [torch.ones(2, 4)]},
     ]
     assert generate_checks.problems_in(bad, [0, 2]) == [
-        "prompt 0, layer 0: NaN/Inf in 1 values",
-        "prompt 0, layer 2: all-zero state at token(s) [2]",
-        "prompt 1, layer 0: 2 rows for 3 tokens",
-        "prompt 1: 1 layers for 2 requested",
+        "prompt 0 of this generate() call, layer 0: NaN/Inf in 1 values",
+        "prompt 0 of this generate() call, layer 2: all-zero state at token(s) [2]",
+        "prompt 1 of this generate() call, layer 0: 2 rows for 3 tokens",
+        "prompt 1 of this generate() call: 1 layers for 2 requested",
     ]
 
 
@@ -151,3 +156,22 @@ def test_decoder_lookup_handles_every_wrapper_shape():
     assert find_decoder(llava) is llava.language_model.model
     assert find_decoder(kimi_015) is kimi_015.language_model
     assert find_decoder(SimpleNamespace(model=SimpleNamespace())) is None
+
+
+def test_tensor_parallel_size_refusals_name_the_value_and_the_fix(monkeypatch):
+    import torch
+
+    from spec_compat.patches import tensor_parallel_size_check as tp
+
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 0)
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=0 \(that is torch\.accelerator"):
+        tp.check(0)
+    for bad in (-1, "2", 1.0, True, None):
+        with pytest.raises(ValueError, match="pass tensor_parallel_size=1"):
+            tp.check(bad)
+    monkeypatch.setattr(tp, "visible_gpus", lambda: 2)
+    tp.check(2)
+    with pytest.raises(ValueError, match="tensor_parallel_size=3 but 2 GPU"):
+        tp.check(3)
+    monkeypatch.setattr(tp, "visible_gpus", lambda: None)  # vLLM's CPU platform: any count
+    tp.check(4)

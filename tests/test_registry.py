@@ -212,15 +212,6 @@ def test_in_range_accepts_nightlies():
     assert gates.in_range(None, "")
 
 
-def test_plugin_is_inert_without_the_flag(monkeypatch):
-    import spec_compat
-    from spec_compat import plugin
-
-    monkeypatch.delenv(ENV_PATCHES, raising=False)
-    plugin.load()
-    assert spec_compat.status() == []
-
-
 def test_every_declared_patch_documents_itself():
     import importlib
 

@@ -9,15 +9,26 @@ speculators modules that are not imported yet land when they are.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from types import ModuleType
 
 from .capture import UnsupportedModel
-from .registry import ENV_PATCHES, Patch, Registry, Result, Side, State, UnsupportedDrift
+from .registry import (
+    ENV_PATCHES,
+    ENV_STRICT,
+    Patch,
+    Registry,
+    Result,
+    Side,
+    State,
+    UnsupportedDrift,
+)
 
 __version__ = "0.1.0"
 __all__ = [
     "ENV_PATCHES",
+    "ENV_STRICT",
     "REGISTRY",
     "Patch",
     "Result",
@@ -84,8 +95,9 @@ def apply(
     `only`: apply just these patch names; `exclude`: leave these out; `side`: only driver or
     worker patches.  Idempotent.  Raises `UnsupportedDrift` (naming each patch, its target
     and the signature found) when the installed code has a shape no patch knows, and
-    `ValueError` for an unknown patch name.  Worker processes pick the same selection up
-    through the `vllm.general_plugins` entry point (see `spec_compat.plugin`).
+    `ValueError` for an unknown patch name.  Every process this one starts (spawned vLLM
+    workers, `multiprocessing` children) applies the same selection from its first line:
+    the environment carries it to the start-up hook (`spec_compat.startup`).
 
     Once a stock module is patched, every call it makes into vLLM is bound against the
     installed signatures (`spec_compat.drift`); a call that does not bind and that no applied
@@ -104,12 +116,18 @@ def apply(
     ]
     requirements_gate.GATE.on_decision = REGISTRY.record
     requirements_gate.install()
-    return REGISTRY.apply(
+    results = REGISTRY.apply(
         None if only is None else [n for n in only if n not in import_names],
         [n for n in excluded if n not in import_names],
         side,
         strict,
     )
+    if side is None:  # what the start-up hook applies in every child (spec_compat.startup)
+        names = os.environ[ENV_PATCHES].split(",")
+        names += [p.name for p in requirements_gate.GATE.import_patches]
+        os.environ[ENV_PATCHES] = ",".join(dict.fromkeys(n for n in names if n))
+        os.environ[ENV_STRICT] = "1" if strict else "0"
+    return results
 
 
 def _current_names(names: Iterable[str]) -> list[str]:
@@ -136,6 +154,7 @@ def revert() -> None:
 
     requirements_gate.uninstall()
     REGISTRY.revert()
+    os.environ.pop(ENV_STRICT, None)
 
 
 def status() -> list[Result]:

@@ -19,8 +19,11 @@ JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched"
 "target", "state", "reason", "found"}], "touch_points" [{"module", "line", "call", "name",
 "target", "keywords", "n_positional", "present", "binds", "error", "signature",
 "covered_by"}], "unsupported" [patch-shaped records], "problems" [str], "model" (null, or
-{"path", "architecture", "vllm_class", "layers", "served", "reason"}), "exit_code",
-"seconds"}.
+{"path", "architecture", "vllm_class", "layers", "served", "reason"}), "startup_hook"
+{"installed" (path|null), "active", "error", "switched_off"}, "exit_code", "seconds"}.
+
+The start-up hook (`spec_compat.startup`) is what carries the patches into spawned vLLM
+workers; doctor reports an environment problem when this interpreter does not run it.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from . import REGISTRY, __version__, applied_import_patches, apply, status
+from . import REGISTRY, __version__, applied_import_patches, apply, startup, status
 from .drift import TouchPoint, check, moved_imports
 from .gates import in_range, installed_version
 from .patches import IMPORT_PATCHES
@@ -66,6 +69,7 @@ class Report:
     unsupported: list[Result] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     model: dict[str, Any] | None = None
+    startup_hook: dict[str, Any] = field(default_factory=startup.report)
     seconds: float = 0.0
 
     @property
@@ -90,6 +94,7 @@ class Report:
             "unsupported": [r.as_dict() for r in self.unsupported],
             "problems": self.problems,
             "model": self.model,
+            "startup_hook": self.startup_hook,
             "exit_code": self.exit_code,
             "seconds": round(self.seconds, 2),
         }
@@ -108,6 +113,14 @@ def _environment_problems(versions: dict[str, str | None]) -> list[str]:
     problems = [
         f"{name} is not installed" for name in ("vllm", "speculators") if not versions[name]
     ]
+    if startup.hook_file() is None:
+        problems.append(
+            f"the start-up hook {startup.PTH_NAME} is not in this interpreter's site-packages, "
+            "so spawned vLLM workers would run unpatched: install spec-compat with pip/uv "
+            "(not only on PYTHONPATH)"
+        )
+    if startup.FAILED is not None:
+        problems.append(f"the start-up hook failed in this process: {startup.FAILED}")
     line = versions["speculators"]
     if line and not in_range(Version(line), KNOWN_SPECULATORS):
         problems.append(
@@ -211,6 +224,13 @@ def render(report: Report) -> str:
     lines = [f"spec_compat {__version__} doctor ({report.mode})"]
     lines.append("  " + "  ".join(f"{k} {v or '-'}" for k, v in report.versions.items()))
     lines.append(f"  vLLM platform: {report.platform or '-'}")
+    hook = report.startup_hook
+    state = "active in this process" if hook["active"] else "inactive until apply() runs"
+    if hook["switched_off"]:
+        state = "switched off (SPEC_COMPAT_STARTUP=0)"
+    lines.append(f"  start-up hook: {hook['installed'] or 'NOT INSTALLED'} ({state})")
+    if hook["error"]:
+        lines.append(f"  start-up hook failed here: {hook['error']}")
     if report.patches:
         width = max(len(r.name) for r in report.patches)
         lines += ["", f"{'patch':<{width}}  side    {'state':<20}  reason"]

@@ -23,9 +23,11 @@ from .gates import Need, Verdict
 
 Side = Literal["driver", "worker", "both"]  # both: the driver and every vLLM worker
 
-#: Set by `apply()`: the comma-separated names of the chosen patches.  Worker processes
-#: (forked or spawned) read it through the `vllm.general_plugins` entry point.
+#: Set by `apply()`: the comma-separated names of the chosen patches.  Every child process
+#: inherits it; the start-up hook (`spec_compat.startup`) applies them there.
 ENV_PATCHES = "SPEC_COMPAT_PATCHES"
+#: Set by `apply()` beside it: "0" when the parent chose `strict=False`.
+ENV_STRICT = "SPEC_COMPAT_STRICT"
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,15 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         tree = _redirect_imports(ast.parse(source, self.path), self.moves)
         return compile(tree, self.path, "exec", dont_inherit=True)
 
+    def exec_module(self, module) -> None:
+        super().exec_module(module)
+        # This loader bypasses wrapt's import finder wherever that sits in sys.meta_path,
+        # so the post-import hooks (every registry patch) are fired here; wrapt pops them,
+        # so a second notification from its own finder does nothing.
+        import wrapt
+
+        wrapt.notify_module_loaded(module)
+
 
 def _redirect_imports(tree: ast.Module, moves: dict[str, tuple[str, frozenset[str]]]):
     class Redirect(ast.NodeTransformer):
@@ -139,8 +148,10 @@ class PreImportGate(importlib.abc.MetaPathFinder):
                 raise UnsupportedDrift([result])
             if result.state is State.APPLIED:
                 moves[patch.old_module] = (patch.new_module, frozenset(patch.names))
+        if not moves:  # the normal finders (wrapt's included, wherever it sits) load it
+            return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if not moves or spec is None or spec.origin is None:
+        if spec is None or spec.origin is None:
             return spec
         spec.loader = _RewritingLoader(fullname, spec.origin, moves)
         return spec

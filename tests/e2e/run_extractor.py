@@ -128,7 +128,7 @@ def main() -> None:
     worker = None
     if spec.get("apply", True):  # a user script run through `spec-compat run` never imports it
         import spec_compat
-        from spec_compat.plugin import worker_report
+        from spec_compat.startup import worker_report
 
         worker = generator.executor.collective_rpc(worker_report)
         status = [r.as_dict() for r in spec_compat.status()]

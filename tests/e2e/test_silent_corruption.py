@@ -137,8 +137,8 @@ def test_batch_sizes_shared_prefixes_and_length_limits(patched_battery, llama_or
         assert got <= TOLERANCE, f"{name}: {got:.2e}"
     assert [len(p) for p in patched_battery.calls["length limits"]] == [keep, keep + 189]
     assert (
-        f"prompt 1 has {keep + 189} tokens; the stock extractor keeps the first {keep}"
-        in patched_battery.run.log
+        f"prompt 1 of this generate() call has {keep + 189} tokens; "
+        f"the stock extractor keeps the first {keep}" in patched_battery.run.log
     )
 
 
@@ -146,7 +146,7 @@ def test_bad_input_is_refused_clearly_and_loses_nothing(patched_battery, llama_o
     """No prompts, an empty prompt, an out-of-vocabulary id: a clear error naming the prompt,
     raised before any work, and the same generator still serves the next call exactly."""
     assert "ValueError" in patched_battery.error("no prompts")
-    assert "prompt 1 is empty" in patched_battery.error("an empty prompt")
+    assert "prompt 1 of this generate() call is empty" in patched_battery.error("an empty prompt")
     oov = battery.OUT_OF_VOCABULARY
     assert f"token id {oov} is outside the vocabulary" in patched_battery.error("out of vocabulary")
     prompts = patched_battery.calls["after refusals"]
@@ -175,9 +175,10 @@ def test_nan_and_all_zero_states_are_refused(line, speculators_dir, tmp_path):
     patched = run_stock(speculators_dir, model, prompts, LAYERS, extra={"catch_errors": True})
     error = patched.data["results"][0]["error"] if patched.data else patched.tail
     assert error.startswith("CorruptHiddenStates"), error
-    assert "prompt 1, layer 0: all-zero state at token(s) [0, 1, 2, 3]" in error
-    assert "prompt 2, layer 0: NaN/Inf" in error
-    assert "prompt 0" not in error
+    zeros = "prompt 1 of this generate() call, layer 0: all-zero state at token(s) [0, 1, 2, 3]"
+    assert zeros in error
+    assert "prompt 2 of this generate() call, layer 0: NaN/Inf" in error
+    assert "prompt 0 " not in error
 
     silent = run_stock(speculators_dir, model, prompts, LAYERS, exclude=["generate_checks"])
     assert silent.returncode == 0, silent.tail

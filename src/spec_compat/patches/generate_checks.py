@@ -49,19 +49,19 @@ def check_prompts(prompts: list[list[int]], vocab_size: int, max_len: int) -> No
     if not prompts:
         raise ValueError("generate() got no prompts")
     for i, ids in enumerate(prompts):
+        prompt = f"prompt {i} of this generate() call"
         if not ids:
-            raise ValueError(f"prompt {i} is empty: there is no token to capture states for")
+            raise ValueError(f"{prompt} is empty: there is no token to capture states for")
         low, high = min(ids), max(ids)
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
             raise ValueError(
-                f"prompt {i}: token id {bad} is outside the vocabulary (0..{vocab_size - 1})"
+                f"{prompt}: token id {bad} is outside the vocabulary (0..{vocab_size - 1})"
             )
         if len(ids) > max_len:
             log.warning(
-                "prompt %d has %d tokens; the stock extractor keeps the first %d "
-                "(max_model_len - 1)",
-                i,
+                "%s has %d tokens; the stock extractor keeps the first %d (max_model_len - 1)",
+                prompt,
                 len(ids),
                 max_len,
             )
@@ -76,7 +76,7 @@ def problems_in(results: list[dict], layer_ids: list[int], values: bool = True) 
     for i, result in enumerate(results):
         n_tokens = len(result["input_ids"])
         for layer, states in zip(layer_ids, result["hidden_states"], strict=False):
-            where = f"prompt {i}, layer {layer}"
+            where = f"prompt {i} of this generate() call, layer {layer}"
             if states.shape[0] != n_tokens:
                 found.append(f"{where}: {states.shape[0]} rows for {n_tokens} tokens")
                 continue
@@ -90,7 +90,8 @@ def problems_in(results: list[dict], layer_ids: list[int], values: bool = True) 
                 found.append(f"{where}: all-zero state at token(s) {zero_rows[:8]}")
         if len(result["hidden_states"]) != len(layer_ids):
             found.append(
-                f"prompt {i}: {len(result['hidden_states'])} layers for {len(layer_ids)} requested"
+                f"prompt {i} of this generate() call: {len(result['hidden_states'])} layers "
+                f"for {len(layer_ids)} requested"
             )
     return found
 

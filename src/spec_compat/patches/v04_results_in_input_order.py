@@ -51,7 +51,9 @@ def wrap(original: Any) -> Any:
         ):
             got, want = result["input_ids"].tolist(), prompt[:max_len]
             if got != want and got != [int(t) for t in want]:  # (want: list, maybe not of int)
-                raise ResultOrderError(f"result for prompt {index} holds another prompt's ids")
+                raise ResultOrderError(
+                    f"result for prompt {index} of this generate() call holds another prompt's ids"
+                )
         return ordered
 
     return generate
