@@ -47,6 +47,8 @@ def route(architectures: list[str]) -> Route:
         if cls is None:
             continue
         name = f"{cls.__module__}.{cls.__qualname__}"
+        if supports_eagle3(cls) and (refusal := setter_refusal(cls)):
+            return Route(arch, name, False, f"vLLM refuses EAGLE-3 for it here: {refusal}")
         if supports_eagle3(cls):
             return Route(arch, name, True, "vLLM's own EAGLE-3 aux hidden states")
         return Route(
@@ -64,6 +66,23 @@ def route(architectures: list[str]) -> Route:
         f"{architectures} not in this vLLM's model registry (vLLM would fall back to a "
         "generic backend whose hidden states the capture cannot vouch for)",
     )
+
+
+def setter_refusal(cls: type) -> str | None:
+    """vLLM's own preconditions for EAGLE-3 on `cls`, checked without building a model.
+
+    `set_aux_hidden_state_layers` is called with no layers on an unbuilt instance: a
+    precondition it checks first (vLLM 0.16's transformers backend needs transformers 5)
+    raises ImportError or NotImplementedError; reaching the model's state raises anything
+    else, which means no precondition failed."""
+    shell = object.__new__(cls)
+    try:
+        cls.set_aux_hidden_state_layers(shell, ())
+    except (ImportError, NotImplementedError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return None
+    return None
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

@@ -164,7 +164,8 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         report.unsupported = refused
         report.seconds = time.perf_counter() - started
         return report
-    for name in (GENERATOR, WORKER):
+    targets = dict.fromkeys([GENERATOR, WORKER, *(p.module for p in REGISTRY.patches.values())])
+    for name in targets:  # what a run imports, so every patch is decided here
         try:
             importlib.import_module(name)
         except UnsupportedDrift:

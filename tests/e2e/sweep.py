@@ -105,6 +105,7 @@ class Candidate:
 def eagle3_architectures() -> list[Candidate]:
     """Every architecture of the installed vLLM whose class implements SupportsEagle3."""
     import transformers
+    from spec_compat.capture import route
     from vllm.model_executor.models import ModelRegistry
     from vllm.model_executor.models.interfaces import supports_eagle3, supports_multimodal
 
@@ -143,6 +144,8 @@ def eagle3_architectures() -> list[Candidate]:
             blocker = "multimodal wrapper without a tiny-model builder here (docs/models.md)"
         elif not hasattr(transformers, arch):
             blocker = f"transformers {transformers.__version__} has no class {arch}"
+        elif not (routed := route([arch])).served:  # the driver refuses it before loading
+            blocker = f"refused before loading: {routed.reason}"
         found.append(Candidate(arch, module, multimodal, blocker))
     return found
 

@@ -9,6 +9,7 @@ from ..registry import Patch
 from . import (
     cache_config_prefix_caching,
     capture_model_check,
+    config_device_name_without_gpu,
     cpu_attention_block_size,
     cpu_mem_get_info,
     cpu_torch_mem_get_info,
@@ -43,6 +44,7 @@ ALL: tuple[Patch, ...] = (
     speculators_pydantic_torch.PATCH,
     speculators_models_optional.PATCH,
     tokenizer_trust_remote_code.PATCH,
+    config_device_name_without_gpu.PATCH,
     cache_config_prefix_caching.PATCH,
     cpu_attention_block_size.PATCH,
     scheduler_config_initvars.PATCH,
