@@ -119,3 +119,13 @@ def test_a_failed_start_up_refuses_the_stock_modules(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match=r"start-up hook could not apply.*drift seen only here"):
         __import__(fake)
     assert startup.report()["error"] == "RuntimeError: drift seen only here"
+
+
+def test_doctor_calls_a_missing_hook_an_environment_problem(monkeypatch):
+    from spec_compat import doctor
+
+    monkeypatch.setattr(startup, "hook_file", lambda: None)
+    versions = {"vllm": "0.32.0", "speculators": "0.4.0.1"}
+    problems = doctor._environment_problems(versions)
+    assert any("spec_compat_startup.pth is not in this interpreter's site-packages" in p
+               for p in problems)

@@ -47,6 +47,14 @@ def test_doctor_reports_every_patch_and_touch_point_supported(patched_doctor, li
     print(f"doctor: {report['seconds']} s")
 
 
+def test_doctor_reports_the_start_up_hook(patched_doctor):
+    _, report = patched_doctor
+    hook = report["startup_hook"]
+    assert hook["installed"].endswith("spec_compat_startup.pth")
+    assert hook["active"] is False  # doctor's own process was started without the flag
+    assert hook["error"] is None and hook["switched_off"] is False
+
+
 def test_doctor_without_patches_names_the_breakages(speculators_dir, patched_doctor, line):
     code, plain = doctor(speculators_dir, "--no-patches")
     _, patched = patched_doctor
