@@ -127,5 +127,6 @@ def test_doctor_calls_a_missing_hook_an_environment_problem(monkeypatch):
     monkeypatch.setattr(startup, "hook_file", lambda: None)
     versions = {"vllm": "0.32.0", "speculators": "0.4.0.1"}
     problems = doctor._environment_problems(versions)
-    assert any("spec_compat_startup.pth is not in this interpreter's site-packages" in p
-               for p in problems)
+    assert any(
+        "spec_compat_startup.pth is not in this interpreter's site-packages" in p for p in problems
+    )

@@ -105,9 +105,10 @@ class Candidate:
 def eagle3_architectures() -> list[Candidate]:
     """Every architecture of the installed vLLM whose class implements SupportsEagle3."""
     import transformers
-    from spec_compat.capture import route
     from vllm.model_executor.models import ModelRegistry
     from vllm.model_executor.models.interfaces import supports_eagle3, supports_multimodal
+
+    from spec_compat.capture import route
 
     found = []
     for arch in sorted(ModelRegistry.get_supported_archs()):
