@@ -88,6 +88,27 @@ NOT_RUNNABLE = {
     "Qwen3-Next mixes linear and full attention (Failed to promote local KV cache specs to "
     "one unified type)",
 }
+#: the same, for some vLLM releases only (version specifier -> reason)
+NOT_RUNNABLE_ON = {
+    "Llama4ForCausalLM": {
+        "<0.17": "vLLM 0.16's CPU fused-MoE kernel cannot apply router weights on the input, "
+        "as Llama 4 does (AssertionError in vLLM's own warm-up forward)",
+    },
+    "GptOssForCausalLM": {
+        "<0.17": "vLLM 0.16's CPU attention with sinks runs bf16 only (expected scalar type "
+        "BFloat16 but found Float in vLLM's own warm-up forward), and the oracle needs float32",
+    },
+}
+
+
+def not_runnable(arch: str) -> str | None:
+    """Why `arch` is not run on the installed vLLM, if it is not."""
+    from spec_compat.gates import in_range, vllm_version
+
+    for specifier, reason in NOT_RUNNABLE_ON.get(arch, {}).items():
+        if in_range(vllm_version(), specifier):
+            return reason
+    return NOT_RUNNABLE.get(arch)
 
 #: Families the sweep leaves to `test_model_families.py`: vLLM's CPU MLA kernels differ from
 #: transformers, so they are compared with vLLM's own aux states (docs/models.md).
@@ -133,8 +154,8 @@ def eagle3_architectures() -> list[Candidate]:
         module = cls.__module__.rsplit(".", 1)[-1]
         multimodal = bool(supports_multimodal(cls))
         blocker = None
-        if arch in NOT_RUNNABLE:
-            blocker = NOT_RUNNABLE[arch]
+        if reason := not_runnable(arch):
+            blocker = reason
         elif arch.startswith(MLA):
             blocker = "MLA: proven against vLLM's own states in test_model_families"
         elif any(word in arch for word in ("Eagle", "Draft", "DSpark", "MTP", "Assistant")):
@@ -181,7 +202,8 @@ class Outcome:
 
 
 def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
-    """One JSON file per (vLLM, line); tools/compat_report.py --sweep merges them."""
+    """One JSON file per (vLLM, line); tools/compat_report.py --sweep merges them.  A run of
+    some architectures (SPEC_COMPAT_SWEEP_ONLY) replaces theirs and keeps the others'."""
     from spec_compat.gates import vllm_version
 
     version = str(vllm_version())
@@ -189,5 +211,7 @@ def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
         o.vllm = version
     path = directory / f"sweep-vllm-{version}-speculators-{line}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
+    kept = json.loads(path.read_text()) if path.exists() else []
+    records = {r["architecture"]: r for r in kept} | {o.architecture: asdict(o) for o in outcomes}
+    path.write_text(json.dumps(list(records.values()), indent=1))
     return path
