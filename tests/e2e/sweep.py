@@ -110,6 +110,7 @@ def not_runnable(arch: str) -> str | None:
             return reason
     return NOT_RUNNABLE.get(arch)
 
+
 #: Families the sweep leaves to `test_model_families.py`: vLLM's CPU MLA kernels differ from
 #: transformers, so they are compared with vLLM's own aux states (docs/models.md).
 MLA = ("Deepseek", "GlmMoeDsa", "SarvamMLA", "MistralLarge3", "KimiK25", "MiniCPM3")

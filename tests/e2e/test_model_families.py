@@ -23,6 +23,8 @@ class Family:
     mla: bool = False  # needs vLLM's CPU MLA backend, pinned to its float32 reference kernel
     #: extra ModelConfig / LLM options (test-only), e.g. a VL wrapper's text-only mode
     model_options: tuple[tuple[str, object], ...] = ()
+    #: why no environment here runs it, if none does
+    blocker: str | None = None
 
     @property
     def one_prompt_per_call(self) -> bool:
@@ -48,11 +50,21 @@ FAMILIES = {
         mla=True,
     ),
     "llava": Family("a multimodal wrapper: the decoder lives at get_language_model().model"),
+    "deepseek_v3": Family(
+        "Kimi-K2.5's decoder: MLA, sigmoid-routed experts with a correction bias",
+        reference="vllm",
+        mla=True,
+    ),
     "kimi_k25": Family(
         "Kimi-K2.5's shape: a DeepSeek-V3 decoder (MLA, sigmoid-routed experts) in a vision "
         "wrapper",
         reference="vllm",
         mla=True,
+        blocker="transformers 5's Kimi_K25ForConditionalGeneration is not the released "
+        "checkpoint's KimiK25ForConditionalGeneration (remote code): vLLM 0.32 serves it "
+        "through its transformers backend, whose loader expects the released vision names "
+        "('vision_tower.layers.0.wqkv', transformers saves 'attn.qkv_proj'), so no tiny "
+        "random Kimi-K2.5 loads; its decoder runs as the deepseek_v3 family",
     ),
     "gpt_oss": Family("attention sinks, alternating sliding-window layers, biased experts"),
 }
@@ -65,6 +77,8 @@ def family(request):
 
 def family_blocker(name: str) -> str | None:
     """Why this vLLM environment cannot run the family, if it cannot."""
+    if FAMILIES[name].blocker:
+        return FAMILIES[name].blocker
     if FAMILIES[name].mla and not importlib.util.find_spec(
         "vllm.v1.attention.backends.mla.cpu_mla"
     ):

@@ -237,6 +237,15 @@ def build_deepseek_v2_scaled(directory: Path, layers: int = 4, seed: int = 0) ->
     return build_deepseek_v2(directory, layers, seed, llama_4_scaling=LLAMA_4_SCALING)
 
 
+def build_deepseek_v3(directory: Path, layers: int = 4, seed: int = 0) -> Path:
+    """DeepSeek-V3, Kimi-K2.5's decoder: MLA, sigmoid-routed experts with a correction bias."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    _start(directory, seed)
+    config = DeepseekV3Config(num_hidden_layers=layers, **DEEPSEEK_TEXT)
+    return _save(DeepseekV3ForCausalLM(config), directory)
+
+
 def build_gpt_oss(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     """gpt-oss: attention sinks, sliding-window layers alternating with full ones, biased
     experts with a clamped SwiGLU, YaRN rotary embeddings."""
@@ -295,6 +304,20 @@ def build_kimi_k25(directory: Path, layers: int = 4, seed: int = 0) -> Path:
         data["text_config"]["architectures"] = ["DeepseekV3ForCausalLM"]
         data["text_config"]["torch_dtype"] = "float32"
 
+    # vLLM builds a wrapper's processing info before any model code runs (the native
+    # reference's LLM does), so the directory carries transformers' processor too
+    from transformers import (
+        AutoTokenizer,
+        Kimi_K25ImageProcessor,
+        Kimi_K25Processor,
+        Kimi_K25VideoProcessor,
+    )
+
+    Kimi_K25Processor(
+        image_processor=Kimi_K25ImageProcessor(),
+        video_processor=Kimi_K25VideoProcessor(),
+        tokenizer=AutoTokenizer.from_pretrained(directory),
+    ).save_pretrained(directory)
     return _save(Kimi_K25ForConditionalGeneration(config), directory, text_architecture)
 
 
@@ -352,6 +375,7 @@ BUILDERS = {
     "qwen3_moe": build_qwen3_moe,
     "deepseek_v2": build_deepseek_v2,
     "deepseek_v2_llama4_scaling": build_deepseek_v2_scaled,
+    "deepseek_v3": build_deepseek_v3,
     "llava": build_llava,
     "qwen3_vl": build_qwen3_vl,
     "kimi_k25": build_kimi_k25,

@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from ..gates import Need, Verdict, signature_text
+
 GENERATOR = "speculators.data_generation.vllm_hidden_states_generator"
 WORKER = "speculators.data_generation.custom_worker"
 
@@ -24,6 +26,29 @@ def with_kwargs(original: Any, adjust: Callable[[dict[str, Any]], None]) -> Call
         return original(*args, **kwargs)
 
     return adapter
+
+
+def generator_init_probe(module: Any, names: set[str], reason: str) -> Verdict:
+    """NEEDED while the stock generator's `__init__` takes `names`; any other shape is drift."""
+    init = module.VllmHiddenStatesGenerator.__init__
+    found = f"__init__{signature_text(init)}"
+    if names <= set(inspect.signature(init).parameters):
+        return Verdict(Need.NEEDED, found, reason)
+    return Verdict(Need.UNKNOWN, found, "the stock __init__ changed")
+
+
+def checked_init(original: Callable[..., None], check: Callable[[dict[str, Any]], None]) -> Any:
+    """The stock `__init__`, run only after `check` accepted its arguments (defaults filled)."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        check(bound.arguments)
+        original(self, *args, **kwargs)
+
+    return __init__
 
 
 def parameters(obj: Any) -> dict[str, inspect.Parameter]:

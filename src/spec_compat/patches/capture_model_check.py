@@ -15,15 +15,13 @@ Remove when: ``worker_eagle3_capture`` is removed.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from types import ModuleType
 from typing import Any
 
 from ..capture import UnsupportedModel, check_layer_ids, read_config, route, text_layers
-from ..gates import Need, Verdict, signature_text
+from ..gates import Verdict
 from ..registry import Patch
-from ._stock import GENERATOR
+from ._stock import GENERATOR, checked_init, generator_init_probe
 
 
 def model_config(model_path: str) -> dict[str, Any]:
@@ -48,23 +46,13 @@ def check(model_path: str, layer_ids: Any) -> None:
 
 
 def probe(module: ModuleType) -> Verdict:
-    init = module.VllmHiddenStatesGenerator.__init__
-    found = f"__init__{signature_text(init)}"
-    if {"model_path", "layer_ids"} <= set(inspect.signature(init).parameters):
-        return Verdict(Need.NEEDED, found, "the stock __init__ loads the model unchecked")
-    return Verdict(Need.UNKNOWN, found, "the stock __init__ changed")
+    return generator_init_probe(
+        module, {"model_path", "layer_ids"}, "the stock __init__ loads the model unchecked"
+    )
 
 
 def wrap(original: Any) -> Any:
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = signature.bind(self, *args, **kwargs).arguments
-        check(bound["model_path"], bound.get("layer_ids"))
-        original(self, *args, **kwargs)
-
-    return __init__
+    return checked_init(original, lambda args: check(args["model_path"], args["layer_ids"]))
 
 
 PATCH = Patch(

@@ -15,14 +15,12 @@ Remove when: the extractor validates its own arguments.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
+from ..gates import Verdict
 from ..registry import Patch
-from ._stock import GENERATOR
+from ._stock import GENERATOR, checked_init, generator_init_probe
 
 ARGUMENT = "tensor_parallel_size"
 
@@ -60,24 +58,13 @@ def check(value: Any) -> None:
 
 
 def probe(module: ModuleType) -> Verdict:
-    init = module.VllmHiddenStatesGenerator.__init__
-    found = f"__init__{signature_text(init)}"
-    if ARGUMENT in inspect.signature(init).parameters:
-        return Verdict(Need.NEEDED, found, f"the stock __init__ passes {ARGUMENT} on unchecked")
-    return Verdict(Need.UNKNOWN, found, "the stock __init__ changed")
+    return generator_init_probe(
+        module, {ARGUMENT}, f"the stock __init__ passes {ARGUMENT} on unchecked"
+    )
 
 
 def wrap(original: Any) -> Any:
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        check(bound.arguments[ARGUMENT])
-        original(self, *args, **kwargs)
-
-    return __init__
+    return checked_init(original, lambda args: check(args[ARGUMENT]))
 
 
 PATCH = Patch(
