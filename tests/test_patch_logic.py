@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from spec_compat.capture import UnsupportedModel, check_layer_ids
@@ -175,3 +177,27 @@ def test_tensor_parallel_size_refusals_name_the_value_and_the_fix(monkeypatch):
         tp.check(3)
     monkeypatch.setattr(tp, "visible_gpus", lambda: None)  # vLLM's CPU platform: any count
     tp.check(4)
+
+
+def test_input_that_is_not_exactly_token_ids_is_refused_with_the_shape():
+    import numpy as np
+    import torch
+
+    lists = generate_checks.token_lists
+    assert lists([[1, 2], (3,)]) == [[1, 2], [3]]
+    assert lists(torch.tensor([[5, 6, 7]])) == [[5, 6, 7]]
+    assert lists([torch.tensor([5, 6]), np.array([7], dtype=np.int64)]) == [[5, 6], [7]]
+    refused = {
+        "integers, got 1.5 (float)": [[1.5, 2.7]],
+        "integers, got 2.0 (float)": torch.tensor([[2.0]]),
+        "got a 1-D tensor": torch.tensor([5, 6, 7]),
+        "prompt 0 of this generate() call is int 5, not a list": [5, 6, 7],
+        "generate() got None": None,
+        "got a string: tokenize it first": "hello",
+        "prompt 0 of this generate() call is a string: tokenize it first": ["hello"],
+        "integers, got True": [[True, 2]],
+    }
+    for message, given in refused.items():
+        with pytest.raises(ValueError, match=re.escape(message)) as caught:
+            lists(given)
+        assert "list[list[int]]" in str(caught.value)

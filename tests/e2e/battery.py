@@ -94,6 +94,9 @@ def planned_calls() -> dict[str, list[list[int]]]:
         "no prompts": [],
         "an empty prompt": [short[0], []],
         "out of vocabulary": [[7, OUT_OF_VOCABULARY]],
+        "fractional ids": [[5, 6.5, 7]],  # the stock code returned the states of [5, 6, 7]
+        "a flat list": [5, 6, 7],
+        "a string": ["hello"],
         "after refusals": short[:3],
     }
 

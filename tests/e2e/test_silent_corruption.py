@@ -143,12 +143,16 @@ def test_batch_sizes_shared_prefixes_and_length_limits(patched_battery, llama_or
 
 
 def test_bad_input_is_refused_clearly_and_loses_nothing(patched_battery, llama_oracle):
-    """No prompts, an empty prompt, an out-of-vocabulary id: a clear error naming the prompt,
-    raised before any work, and the same generator still serves the next call exactly."""
+    """No prompts, an empty prompt, an out-of-vocabulary id, ids that are not integers, a flat
+    list, a string: a clear error naming the prompt and the expected shape, raised before any
+    work, and the same generator still serves the next call exactly."""
     assert "ValueError" in patched_battery.error("no prompts")
     assert "prompt 1 of this generate() call is empty" in patched_battery.error("an empty prompt")
     oov = battery.OUT_OF_VOCABULARY
     assert f"token id {oov} is outside the vocabulary" in patched_battery.error("out of vocabulary")
+    assert "token ids must be integers, got 6.5 (float)" in patched_battery.error("fractional ids")
+    assert "call is int 5, not a list; pass list[list[int]]" in patched_battery.error("a flat list")
+    assert "is a string: tokenize it first" in patched_battery.error("a string")
     prompts = patched_battery.calls["after refusals"]
     assert compare(patched_battery.results("after refusals"), prompts, llama_oracle(prompts)) <= (
         TOLERANCE

@@ -242,7 +242,9 @@ def build_deepseek_v3(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     _start(directory, seed)
-    config = DeepseekV3Config(num_hidden_layers=layers, **DEEPSEEK_TEXT)
+    # the released config's routing keys, which vLLM reads and transformers' config lacks
+    released = {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}
+    config = DeepseekV3Config(num_hidden_layers=layers, **DEEPSEEK_TEXT, **released)
     return _save(DeepseekV3ForCausalLM(config), directory)
 
 

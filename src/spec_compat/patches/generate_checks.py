@@ -2,13 +2,17 @@
 
 Target: ``vllm_hidden_states_generator.VllmHiddenStatesGenerator.generate`` (both lines).
 Why: the stock ``generate`` hands prompts to vLLM's scheduler directly, past vLLM's own
-    input validation: an empty prompt or a token id outside the vocabulary fails deep in
-    the engine (or, on GPU, reads out of bounds), after the batch's other work is done.
+    input validation (``[[1.5, 2.7]]`` came back as the states of ``[1, 2]``; a flat list
+    failed with ``'int' object is not iterable``); an empty prompt or a token id outside
+    the vocabulary fails deep in the engine (or, on GPU, reads out of bounds), after the
+    batch's other work is done.
     Prompts longer than ``max_model_len - 1`` are cut silently.  And nothing looks at what
     comes back: NaN/Inf or all-zero hidden states (a broken checkpoint, an overflow in
     half precision, a capture that missed rows) go straight into training data.
-How: ``generate`` is wrapped.  Before: no prompts, an empty prompt or an out-of-vocabulary
-    id raises ``ValueError`` naming the prompt; a prompt that will be cut is logged with
+How: ``generate`` is wrapped.  Before: no prompts, an empty prompt, an out-of-vocabulary
+    id, or input that is not exactly integer ids in ``list[list[int]]`` / 2-D shape (a float
+    id, a flat list, a 1-D tensor, a string, ``None``) raises ``ValueError`` naming the
+    prompt and the expected shape; a prompt that will be cut is logged with
     its length.  After: every result must have one row per returned token, finite values,
     and no all-zero row, per layer; otherwise ``CorruptHiddenStates`` names the prompt and
     layer and carries the results (``.results``) so nothing is lost.  Two reductions per
@@ -24,13 +28,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import numbers
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..registry import Patch
 from ..transport import row_faults
-from ._stock import GENERATOR, prompt_lists
+from ._stock import GENERATOR
 
 log = logging.getLogger("spec_compat")
 
@@ -43,6 +48,37 @@ class CorruptHiddenStates(RuntimeError):
         shown = "\n".join(f"  - {p}" for p in problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         super().__init__(f"corrupt hidden states in {len(problems)} place(s):\n{shown}{more}")
+
+
+SHAPE = "pass list[list[int]] (one list of token ids per prompt) or a 2-D integer tensor"
+
+
+def token_lists(token_ids: Any) -> list[list[int]]:
+    """The prompts as lists of ints, or ValueError: nothing is converted that is not exactly
+    an integer id (the stock code would truncate 1.5 to 1 without a word)."""
+    if token_ids is None or isinstance(token_ids, (str, bytes)):
+        what = "a string: tokenize it first" if token_ids is not None else "None"
+        raise ValueError(f"generate() got {what}; {SHAPE}")
+    if getattr(token_ids, "ndim", 2) != 2:
+        raise ValueError(f"generate() got a {token_ids.ndim}-D tensor; {SHAPE}")
+    prompts = []
+    for i, prompt in enumerate(token_ids):
+        where = f"prompt {i} of this generate() call"
+        if isinstance(prompt, (str, bytes)):
+            raise ValueError(f"{where} is a string: tokenize it first; {SHAPE}")
+        if getattr(prompt, "ndim", 1) != 1 or not hasattr(prompt, "__iter__"):
+            raise ValueError(
+                f"{where} is {type(prompt).__name__} {prompt!r:.40}, not a list; {SHAPE}"
+            )
+        ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+        if bad:
+            raise ValueError(
+                f"{where}: token ids must be integers, got {bad[0]!r} "
+                f"({type(bad[0]).__name__}); {SHAPE}"
+            )
+        prompts.append([int(t) for t in ids])
+    return prompts
 
 
 def check_prompts(prompts: list[list[int]], vocab_size: int, max_len: int) -> None:
@@ -113,7 +149,7 @@ def wrap(original: Any) -> Any:
     def generate(self: Any, token_ids: Any, *args: Any, **kwargs: Any) -> list[dict]:
         model_config = self.vllm_config.model_config
         check_prompts(
-            prompt_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
+            token_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
         )
         if hasattr(self.executor, "spec_compat_worker_checks"):
             self.executor.spec_compat_worker_checks = []
