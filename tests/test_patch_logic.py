@@ -201,3 +201,20 @@ def test_input_that_is_not_exactly_token_ids_is_refused_with_the_shape():
         with pytest.raises(ValueError, match=re.escape(message)) as caught:
             lists(given)
         assert "list[list[int]]" in str(caught.value)
+
+
+def test_the_stock_del_is_quiet_only_while_the_interpreter_exits(monkeypatch):
+    import sys
+
+    from spec_compat.patches import generator_quiet_exit
+
+    def stock_del(self):
+        raise AttributeError("'NoneType' object has no attribute 'warning'")
+
+    finalizing = [False]
+    monkeypatch.setattr(sys, "is_finalizing", lambda: finalizing[0])
+    quiet = generator_quiet_exit.wrap(stock_del)
+    with pytest.raises(AttributeError):
+        quiet(object())  # in a running program the stock behaviour stands
+    finalizing[0] = True
+    quiet(object())
