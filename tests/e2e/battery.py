@@ -98,6 +98,10 @@ def planned_calls() -> dict[str, list[list[int]]]:
         "a flat list": [5, 6, 7],
         "a string": ["hello"],
         "after refusals": short[:3],
+        # a call interrupted in its second step (KeyboardInterrupt, caught), then one that
+        # needs several steps again: the stock scheduler still held the first one's requests
+        "interrupted": ordered,
+        "after an interrupted call": ordered,
     }
 
 
@@ -115,7 +119,7 @@ def run_battery(speculators_dir: Path, model: Path, layers: list[int]) -> Batter
         layers,
         calls=indices,
         max_model_len=MAX_MODEL_LEN,
-        extra={"catch_errors": True},
+        extra={"catch_errors": True, "interrupt_call": list(calls).index("interrupted")},
     )
     battery = Battery(run, calls)
     if run.data is not None:

@@ -48,13 +48,17 @@ def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
     outputs = []
     for n, indices in enumerate(spec["calls"]):
         started = time.perf_counter()
+        restore = interrupt_second_step(generator) if n == spec.get("interrupt_call") else None
         try:
             results = generator.generate([prompts[i] for i in indices])
-        except Exception as exc:  # bad-input tests: record the error, go on with the next
-            if not spec.get("catch_errors"):
+        except (Exception, KeyboardInterrupt) as exc:  # bad input, or the interrupted call:
+            if not spec.get("catch_errors"):  # record the error, go on with the next
                 raise
             outputs.append({"error": f"{type(exc).__name__}: {exc}"})
             continue
+        finally:
+            if restore is not None:
+                restore()
         timings[f"generate_{n}"] = time.perf_counter() - started
         kept = [{"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]} for r in results]
         if spec.get("drop_results"):  # as a data-generation loop does: save, then let go
@@ -68,6 +72,23 @@ def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
         if spec.get("fail_after_first"):
             raise RuntimeError("failing on purpose after the first generate()")
     return outputs
+
+
+def interrupt_second_step(generator):
+    """Test-only: the call's second model step raises KeyboardInterrupt (Ctrl-C mid-call,
+    caught by the caller) after the first step ran; returns what undoes it."""
+    executor = generator.executor
+    stock = executor.execute_model
+    steps = [0]
+
+    def execute_model(*args, **kwargs):
+        steps[0] += 1
+        if steps[0] == 2:
+            raise KeyboardInterrupt("Ctrl-C in the second step of the call")
+        return stock(*args, **kwargs)
+
+    executor.execute_model = execute_model
+    return lambda: vars(executor).pop("execute_model", None)
 
 
 def main() -> None:

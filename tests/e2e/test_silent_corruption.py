@@ -142,6 +142,42 @@ def test_batch_sizes_shared_prefixes_and_length_limits(patched_battery, llama_or
     )
 
 
+def test_a_call_interrupted_midway_leaves_the_generator_serving(patched_battery, llama_oracle):
+    """Ctrl-C in a call's second step, caught by the caller: the next call, which needs
+    several steps again, is exact (the stock generator failed it: 'not found in captured
+    states')."""
+    assert "KeyboardInterrupt: Ctrl-C in the second step" in patched_battery.error("interrupted")
+    prompts = patched_battery.calls["after an interrupted call"]
+    results = patched_battery.results("after an interrupted call")
+    assert compare(results, prompts, llama_oracle(prompts)) <= TOLERANCE
+
+
+@pytest.mark.exhaustive
+def test_without_generate_recovery_the_call_after_an_interrupted_one_fails(
+    line, speculators_dir, tiny_llama, llama_oracle
+):
+    """The stock 0.4.x generator fails every later multi-step call; 0.3.0's loop, as
+    v030_whole_prompt_prefill rewrites it, happens to survive and must stay exact."""
+    prompts = battery.ordered_prompts()
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        prompts,
+        LAYERS,
+        calls=[list(range(len(prompts)))] * 2,
+        max_model_len=battery.MAX_MODEL_LEN,
+        exclude=["generate_recovery"],
+        extra={"catch_errors": True, "interrupt_call": 0},
+    )
+    assert run.data is not None, run.tail
+    interrupted, after = run.data["results"]
+    assert "KeyboardInterrupt" in interrupted["error"]
+    if line.startswith("0.3"):
+        assert compare(after, prompts, llama_oracle(prompts)) <= TOLERANCE
+    else:
+        assert isinstance(after, dict), "the stock generator served the call after an interrupt"
+
+
 def test_bad_input_is_refused_clearly_and_loses_nothing(patched_battery, llama_oracle):
     """No prompts, an empty prompt, an out-of-vocabulary id, ids that are not integers, a flat
     list, a string: a clear error naming the prompt and the expected shape, raised before any

@@ -1,0 +1,71 @@
+"""Leave the generator serving after a failed or interrupted ``generate()`` call.
+
+Target: ``vllm_hidden_states_generator.VllmHiddenStatesGenerator.generate`` (both lines).
+Why: the stock ``generate`` adds every prompt to its scheduler and aborts them only at the
+    end of a call that succeeds.  A call that fails midway (an exception in a step, a
+    ``KeyboardInterrupt`` the caller catches, ``MemoryError`` from a full ``/dev/shm``)
+    leaves its requests in the scheduler holding KV blocks; later calls schedule them
+    beside their own and fail ("Request req_4_24 not found in captured states"), so a
+    long data run that catches errors must rebuild the engine.
+How: ``generate`` is wrapped; when the call raises anything, every request the scheduler
+    still holds is finished as aborted (its blocks freed; the workers drop it at the next
+    step) before the exception goes on unchanged.  The workers' capture state is reset by
+    the next call's own ``_reset_capture`` (and the shared-memory transport drops what a
+    failed call left there).
+Upstream change: none; the stock extractor never cleaned up after a failed call.
+Remove when: the extractor aborts its requests on failure.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+from ..gates import Need, Verdict
+from ..registry import Patch
+from ._stock import GENERATOR
+
+
+def release_requests(generator: Any, aborted: Any) -> None:
+    scheduler = getattr(generator, "scheduler", None)
+    live = list(getattr(scheduler, "requests", None) or ())
+    if live:
+        scheduler.finish_requests(live, aborted)
+
+
+def probe(module: ModuleType) -> Verdict:
+    found = "Scheduler.finish_requests, RequestStatus.FINISHED_ABORTED"
+    status = getattr(module, "RequestStatus", None)
+    if hasattr(getattr(module, "Scheduler", None), "finish_requests") and hasattr(
+        status, "FINISHED_ABORTED"
+    ):
+        return Verdict(Need.NEEDED, found, "a failed call leaves its requests scheduled")
+    return Verdict(Need.UNKNOWN, f"lacks {found}", "the stock scheduler use changed")
+
+
+def wrap(original: Any) -> Any:
+    import sys
+
+    aborted = sys.modules[GENERATOR].RequestStatus.FINISHED_ABORTED
+
+    @functools.wraps(original)
+    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except BaseException:
+            release_requests(self, aborted)
+            raise
+
+    return generate
+
+
+PATCH = Patch(
+    name="generate_recovery",
+    side="driver",
+    module=GENERATOR,
+    target="VllmHiddenStatesGenerator.generate",
+    summary="free a failed or interrupted call's requests, so the next call works",
+    probe=probe,
+    wrap=wrap,
+)
