@@ -182,8 +182,13 @@ def build(arch: str, directory: Path, seed: int = 0) -> Path:
     cls = getattr(transformers, arch)
     known = cls.config_class().to_dict()
     # only what the family has: a MoE size on a dense config would switch experts on in
-    # vLLM's reading of the config but not in transformers' (Gemma 4)
-    kwargs = {k: v for k, v in SHRINK.items() if known.get(k) not in (None, False, 0)}
+    # vLLM's reading of the config but not in transformers' (Gemma 4).  A head_dim of None
+    # means "derived from the sizes": set it to what that derivation gives (HunYuan).
+    kwargs = {
+        k: v
+        for k, v in SHRINK.items()
+        if known.get(k) not in (None, False, 0) or (k == "head_dim" and k in known)
+    }
     kwargs |= OVERRIDES.get(arch, {})
     config = cls.config_class(**kwargs)
     config.architectures = [arch]
@@ -204,7 +209,8 @@ class Outcome:
 
 def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
     """One JSON file per (vLLM, line); tools/compat_report.py --sweep merges them.  A run of
-    some architectures (SPEC_COMPAT_SWEEP_ONLY) replaces theirs and keeps the others'."""
+    some architectures (SPEC_COMPAT_SWEEP_ONLY) replaces theirs and keeps the others', and
+    an environment that cannot run one (no torchvision) keeps another's result for it."""
     from spec_compat.gates import vllm_version
 
     version = str(vllm_version())
@@ -213,6 +219,10 @@ def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
     path = directory / f"sweep-vllm-{version}-speculators-{line}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     kept = json.loads(path.read_text()) if path.exists() else []
-    records = {r["architecture"]: r for r in kept} | {o.architecture: asdict(o) for o in outcomes}
+    records = {r["architecture"]: r for r in kept}
+    for o in outcomes:  # a class that cannot import here keeps the vision environment's
+        elsewhere = records.get(o.architecture, {}).get("state", "not run") != "not run"
+        if not (elsewhere and "does not import here" in o.reason):
+            records[o.architecture] = asdict(o)
     path.write_text(json.dumps(list(records.values()), indent=1))
     return path
