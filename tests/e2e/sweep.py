@@ -90,6 +90,14 @@ NOT_RUNNABLE = {
 }
 #: the same, for some vLLM releases only (version specifier -> reason)
 NOT_RUNNABLE_ON = {
+    "HunYuanDenseV1ForCausalLM": {
+        "<0.17": "vLLM 0.16's loader and transformers 4.57's HunYuanDenseV1 checkpoint disagree "
+        "(KeyError: 'layers.0.self_attn.key_layernorm.weight' while loading weights)",
+    },
+    "HunYuanMoEV1ForCausalLM": {
+        "<0.17": "vLLM 0.16's loader reads moe_intermediate_size, which transformers 4.57's "
+        "HunYuanMoEV1Config lacks",
+    },
     "Llama4ForCausalLM": {
         "<0.17": "vLLM 0.16's CPU fused-MoE kernel cannot apply router weights on the input, "
         "as Llama 4 does (AssertionError in vLLM's own warm-up forward)",
