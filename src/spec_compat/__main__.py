@@ -1,4 +1,5 @@
-"""Command line: `doctor [--json]`, `list`, and `run [--only/--exclude] SCRIPT|-m MODULE ...`."""
+"""Command line: `doctor [--json]`, `rehearse MODEL`, `list`, and
+`run [--only/--exclude] SCRIPT|-m MODULE ...`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import main as doctor
 
         return doctor(argv)
+    if command == "rehearse":
+        from .rehearse import main as rehearse
+
+        return rehearse(argv)
     if command == "run":
         from .launcher import main as run
 
@@ -24,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p.name:<30} {p.side:<6} {p.qualified_target}{extra}\n    {p.summary}")
         return 0
     print(
-        "usage: python -m spec_compat {doctor [--json] | list | run [--only A,B] [--exclude C] "
+        "usage: python -m spec_compat {doctor [--json] | rehearse MODEL [--json] | list | "
+        "run [--only A,B] [--exclude C] "
         "SCRIPT [ARGS...] | run -m MODULE [ARGS...]}",
         file=sys.stderr,
     )

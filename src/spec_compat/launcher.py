@@ -17,7 +17,7 @@ ENV_ONLY = "SPEC_COMPAT_ONLY"
 ENV_EXCLUDE = "SPEC_COMPAT_EXCLUDE"
 
 
-def _names(value: str | None) -> list[str] | None:
+def names(value: str | None) -> list[str] | None:
     if value is None:
         return None
     return [n.strip() for n in value.split(",") if n.strip()]
@@ -40,8 +40,8 @@ def main(argv: list[str]) -> int:
     import spec_compat
 
     spec_compat.apply(
-        only=_names(args.only if args.only is not None else os.environ.get(ENV_ONLY)),
-        exclude=_names(args.exclude if args.exclude is not None else os.environ.get(ENV_EXCLUDE)),
+        only=names(args.only if args.only is not None else os.environ.get(ENV_ONLY)),
+        exclude=names(args.exclude if args.exclude is not None else os.environ.get(ENV_EXCLUDE)),
     )
     if args.module:
         sys.argv = [args.module, *args.target]

@@ -1,0 +1,165 @@
+"""A shrunken random copy of a model's architecture, built from its `config.json` alone.
+
+The copy keeps what decides whether an extraction works — the architecture class, the
+head size, the head ratio, the expert count and top-k, MLA ranks, rope scaling, sliding
+windows, tied embeddings, the vocabulary — and shrinks only what costs time: depth (to
+`LAYERS`), the residual width and the feed-forward widths, and the head counts (to a few
+heads of the same size, still divisible by the tensor parallel size).  Sizes are set
+through transformers' own config class (its `attribute_map` covers `n_embd`-style names
+and `get_text_config()` finds a wrapper's decoder), so no family is special-cased.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LAYERS = 4
+WIDTH = 128
+FFN = 256
+EXPERT_FFN = 64
+TOKENIZER_VOCAB = 1024
+#: what a shrunken copy can only get wrong: quantised random weights mean nothing
+DROPPED = ("quantization_config", "compression_config")
+TOKENIZER_FILES = ("tokenizer*", "*.tiktoken", "special_tokens_map.json", "vocab.*", "merges.txt")
+
+
+@dataclass
+class Miniature:
+    directory: Path
+    architecture: str
+    layers: int  # the real model's decoder layers
+    mla: bool  # multi-head latent attention (DeepSeek-style)
+    prompt_vocab: int  # prompts draw token ids below this
+    notes: list[str] = field(default_factory=list)
+
+    def map_layers(self, layer_ids: list[int] | None) -> list[int] | None:
+        """The real model's layer ids, placed at the same relative depth in the copy (the
+        last layer stays the last: it is the one read before the final norm)."""
+        if layer_ids is None:
+            return None
+        last = min(self.layers, LAYERS) - 1
+        return [round(k * last / max(self.layers - 1, 1)) for k in layer_ids]
+
+
+def build_tokenizer(directory: Path) -> None:
+    """A byte-level BPE trained in seconds on Python's own standard-library sources."""
+    import sysconfig
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(str(p) for p in stdlib.glob("*.py"))[:60]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=["<unk>", "<s>", "</s>", "<image>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train(files, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        additional_special_tokens=["<image>"],
+    )
+    fast.save_pretrained(directory)
+
+
+def shrink(raw: dict[str, Any], tensor_parallel_size: int = 1) -> tuple[Any, list[str]]:
+    """transformers' config object for `raw`, shrunk as the module docstring says."""
+    from transformers import AutoConfig
+
+    raw = dict(raw)
+    text_raw = raw.get("text_config") or raw
+    notes = [f"dropped {key}: random weights are not quantised" for key in DROPPED if key in raw]
+    for key in (*DROPPED, "auto_map", "_name_or_path", "transformers_version"):
+        raw.pop(key, None)
+    config = AutoConfig.for_model(**raw)
+    text = config.get_text_config()
+    depth = text.num_hidden_layers
+    layers = min(depth, LAYERS)
+    for key, value in list(vars(text).items()):  # per-layer lists follow the depth
+        if isinstance(value, list) and len(value) == depth and depth != layers:
+            setattr(text, key, value[:layers])
+    text.num_hidden_layers = layers
+
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    small_kv = min(kv_heads, max(2, tensor_parallel_size))
+    group = heads // kv_heads if heads % kv_heads == 0 else 1
+    small_heads = small_kv * min(group, 4)
+    text.num_attention_heads = small_heads
+    if hasattr(text, "num_key_value_heads"):
+        text.num_key_value_heads = small_kv
+    # an explicit head_dim is read where the config carries one (or its class defines one);
+    # elsewhere the head size is derived from the width, which must then keep it
+    knows_head_dim = "head_dim" in text_raw or "head_dim" in type(text)().to_dict()
+    if knows_head_dim:
+        text.head_dim = head_dim
+    text.hidden_size = WIDTH if knows_head_dim else small_heads * head_dim
+    for key, size in (
+        ("intermediate_size", FFN),
+        ("moe_intermediate_size", EXPERT_FFN),
+        ("shared_expert_intermediate_size", EXPERT_FFN),
+    ):
+        if getattr(text, key, None):
+            setattr(text, key, size)
+    notes.append(
+        f"{depth} -> {layers} layers, hidden {text.hidden_size}, {heads}/{kv_heads} -> "
+        f"{small_heads}/{small_kv} heads of size {head_dim}; experts, vocabulary and every "
+        "other setting as configured"
+    )
+    return config, notes
+
+
+def build(source: Path, directory: Path, tensor_parallel_size: int = 1, seed: int = 0) -> Miniature:
+    """The shrunken random float32 copy of the model at `source` (only its config.json and
+    tokenizer files are read), saved in `directory`."""
+    import torch
+    import transformers
+
+    raw = json.loads((source / "config.json").read_text())
+    architecture = (raw.get("architectures") or ["?"])[0]
+    depth = (raw.get("text_config") or raw).get("num_hidden_layers") or 0
+    config, notes = shrink(raw, tensor_parallel_size)
+    cls = getattr(transformers, architecture, None)
+    if cls is None:
+        raise LookupError(
+            f"transformers {transformers.__version__} has no class {architecture}, so no "
+            "random copy can be built here (the architecture needs remote code or a newer "
+            "transformers)"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    config.architectures = [architecture]
+    cls(config).to(torch.float32).save_pretrained(directory, safe_serialization=True)
+    config_file = directory / "config.json"
+    saved = json.loads(config_file.read_text())
+    saved["torch_dtype"] = "float32"
+    config_file.write_text(json.dumps(saved, indent=2))
+
+    copied = [f for p in TOKENIZER_FILES for f in source.glob(p) if f.is_file()]
+    for file in copied:
+        shutil.copy2(file, directory / file.name)
+    if not copied:
+        build_tokenizer(directory)
+        notes.append(f"no tokenizer files: a {TOKENIZER_VOCAB}-token stand-in tokenizer")
+    vocab = config.get_text_config().vocab_size
+    return Miniature(
+        directory=directory,
+        architecture=architecture,
+        layers=depth,
+        mla=bool(getattr(config.get_text_config(), "kv_lora_rank", None)),
+        prompt_vocab=min(vocab, TOKENIZER_VOCAB),
+        notes=notes,
+    )

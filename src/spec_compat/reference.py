@@ -1,0 +1,191 @@
+"""What a rehearsal compares: the stock extractor's states and an independent reference.
+
+    python -m spec_compat.reference extract|native SPEC.json
+
+Each runs in its own process, as a user's script does.  `extract` runs speculators' stock
+`VllmHiddenStatesGenerator` under `spec_compat.apply()`; `native` asks vLLM's own EAGLE-3
+aux hidden states for the same layers (vLLM's id k is the state entering layer k, so
+speculators' id + 1; one past the last layer is the state before the final norm), each
+prompt alone.  Both run in float32, so that a comparison can be sharp: the stock code
+passes dtype="auto", which is forced to float32 in this process only.  The patch
+selection is the environment's (SPEC_COMPAT_ONLY / SPEC_COMPAT_EXCLUDE, as `spec-compat run`).
+SPEC: {"model", "prompts", "layers", "max_model_len", "tensor_parallel_size",
+"calls": [[prompt indices]...], "attention_backend": str|null, "out"}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[list[Any]]:
+    """transformers' output of each decoder layer `k` (before the final norm), per prompt.
+
+    speculators' layer k capture is `hidden_states[k + 1]` for every layer but the last,
+    whose `hidden_states` entry is after the norm: forward hooks on the layers give all of
+    them before the norm, checked against `hidden_states` where that has them.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((Path(model) / "config.json").read_text())
+    if "text_config" in config:  # a multimodal wrapper: its text path is the oracle
+        from transformers import AutoModelForImageTextToText as auto
+    else:
+        auto = AutoModelForCausalLM
+    lm = auto.from_pretrained(model, torch_dtype=torch.float32).eval()
+    layers_of = decoder_layers(lm)
+    captured: dict[int, Any] = {}
+    hooks = [
+        layers_of[k].register_forward_hook(
+            lambda _m, _i, out, k=k: captured.__setitem__(
+                k, out[0] if isinstance(out, tuple) else out
+            )
+        )
+        for k in set(layers)
+    ]
+    expected = []
+    try:
+        with torch.no_grad():
+            for ids in prompts:
+                outputs = lm(input_ids=torch.tensor([ids]), output_hidden_states=True)
+                per_layer = [captured[k][0].clone() for k in layers]
+                for k, state in zip(layers, per_layer, strict=True):
+                    if k + 1 < len(outputs.hidden_states) - 1:
+                        assert torch.equal(state, outputs.hidden_states[k + 1][0])
+                expected.append(per_layer)
+    finally:
+        for h in hooks:
+            h.remove()
+    return expected
+
+
+def decoder_layers(lm: Any) -> Any:
+    """The decoder's layer list, whatever the family calls it (`layers`, `h`, ...)."""
+    import torch
+
+    text = getattr(lm.config, "text_config", None) or lm.config
+    count = text.num_hidden_layers
+    root = lm.get_decoder() if hasattr(lm, "get_decoder") else lm  # not a vision tower
+    for module in root.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return module
+    raise LookupError(f"{type(lm).__name__}: no list of {count} decoder layers")
+
+
+def relative_error(got: Any, want: Any) -> float:
+    """max |got - want| / max |want|."""
+    return float((got.float() - want.float()).abs().max() / want.float().abs().max())
+
+
+def _extract(spec: dict[str, Any]) -> Any:
+    import spec_compat
+
+    from .launcher import ENV_EXCLUDE, ENV_ONLY, names
+
+    # the selection the real run will use (`spec-compat run` reads the same variables)
+    spec_compat.apply(
+        only=names(os.environ.get(ENV_ONLY)), exclude=names(os.environ.get(ENV_EXCLUDE))
+    )
+    from speculators.data_generation import vllm_hidden_states_generator as gen
+
+    stock_model_config, stock_vllm_config = gen.ModelConfig, gen.VllmConfig
+    gen.ModelConfig = lambda *a, **kw: stock_model_config(*a, **(kw | {"dtype": "float32"}))
+    if backend := spec.get("attention_backend"):
+        from vllm.config import AttentionConfig
+
+        gen.VllmConfig = lambda *a, **kw: stock_vllm_config(
+            *a, **(kw | {"attention_config": AttentionConfig(backend=backend)})
+        )
+    generator = gen.VllmHiddenStatesGenerator(
+        spec["model"],
+        layer_ids=spec["layers"],
+        max_model_len=spec["max_model_len"],
+        tensor_parallel_size=spec["tensor_parallel_size"],
+    )
+    results = []
+    for call in spec["calls"]:
+        for r in generator.generate([spec["prompts"][i] for i in call]):
+            results.append({"input_ids": r["input_ids"], "hidden_states": r["hidden_states"]})
+    layers = list(generator.layer_ids)
+    generator.executor.shutdown()
+    return {"results": results, "layers": layers}
+
+
+def _native(spec: dict[str, Any]) -> Any:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the model in this process
+    from vllm import LLM, SamplingParams
+
+    from .patches.worker_eagle3_capture import find_decoder
+
+    options = {}
+    if backend := spec.get("attention_backend"):
+        from vllm.config import AttentionConfig
+
+        options["attention_config"] = AttentionConfig(backend=backend)
+    llm = LLM(
+        spec["model"],
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=spec["max_model_len"],
+        tensor_parallel_size=spec["tensor_parallel_size"],
+        enable_prefix_caching=False,
+        **options,
+        **spec.get("model_options", {}),
+    )
+    native_ids = tuple(k + 1 for k in spec["layers"])
+
+    def install(model):
+        """Aux states as vLLM's EAGLE-3 path asks for them: on the decoder where it holds
+        `aux_hidden_state_layers`, else through the model's `set_aux_hidden_state_layers`
+        (vLLM's transformers backend records them in the model's forward)."""
+        decoder = find_decoder(model)
+        if decoder is not None and hasattr(decoder, "aux_hidden_state_layers"):
+            decoder.aux_hidden_state_layers = native_ids
+            target = decoder
+        else:
+            model.set_aux_hidden_state_layers(native_ids)
+            target = model
+        forward = target.forward
+        model._reference_steps = []
+
+        def forward_keeping_aux(*args, **kwargs):
+            output = forward(*args, **kwargs)
+            if not isinstance(output, tuple):
+                raise RuntimeError(f"{type(target).__name__} has no native aux hidden states")
+            hidden, aux = output
+            model._reference_steps.append([a.clone() for a in aux])
+            return hidden
+
+        target.forward = forward_keeping_aux
+
+    def take(model):
+        steps, model._reference_steps = model._reference_steps, []
+        return steps
+
+    llm.apply_model(install)
+    results = []
+    ascending = sorted(set(native_ids))  # aux states come in ascending id order
+    for ids in spec["prompts"]:
+        llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1), use_tqdm=False)
+        first_step = llm.apply_model(take)[0][0]  # the prefill; the decode step never runs
+        prefill = [first_step[ascending.index(i)] for i in native_ids]
+        assert all(state.shape[0] == len(ids) for state in prefill), "prefill split in steps"
+        results.append(prefill)
+    return results
+
+
+def main(argv: list[str]) -> None:
+    import torch
+
+    mode, spec_file = argv
+    spec = json.loads(Path(spec_file).read_text())
+    torch.save({"extract": _extract, "native": _native}[mode](spec), spec["out"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,343 @@
+"""`python -m spec_compat rehearse PATH|EXAMPLE [--layer-ids K ...] [--tensor-parallel-size N]
+[--max-model-len N] [--json]`: the whole extraction, rehearsed in about a minute on a shrunken
+random copy of the model's architecture, before anyone loads the real weights.
+
+Only `PATH/config.json` and the tokenizer files beside it are read.  The copy
+(`miniature.py`) runs through the *stock* extractor under `spec_compat.apply()` on the
+installed vLLM and speculators, with the given tensor parallel size and maximum length, on
+prompts that cross a scheduler step, and its states are compared with an independent
+reference (`reference.py`): transformers in float32, or vLLM's own EAGLE-3 aux hidden
+states for MLA models (vLLM's CPU MLA kernels are not transformers' computation).
+EXAMPLE names a config shipped with spec_compat (`--examples` lists them).
+Exit codes as `doctor`'s: 0 pass; 1 the extraction cannot be trusted (an architecture or
+layer ids refused, an error in the extractor, states unlike the reference); 2 an
+environment problem (no config.json, vLLM or speculators missing, no copy buildable here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = Path(__file__).with_name("examples")
+#: float32 on both sides: what differs by more is not the same computation
+TOLERANCE = 1e-4
+#: the stock extractor's scheduler budget per step (MIN_MAX_BATCHED_TOKENS in both lines)
+STOCK_STEP_TOKENS = 8192
+PASS, UNTRUSTED, ENVIRONMENT = 0, 1, 2
+
+
+class Stop(Exception):
+    """A rehearsal that cannot go on: the exit code and what to tell the user."""
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float
+    detail: str = ""
+    ok: bool = True
+
+
+@dataclass
+class Rehearsal:
+    model: str
+    vllm: str | None = None
+    speculators: str | None = None
+    architecture: str | None = None
+    reference: str | None = None
+    layer_ids: dict[str, Any] = field(default_factory=dict)
+    copy: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    max_relative_error: float | None = None
+    tolerance: float = TOLERANCE
+    patches_involved: list[str] = field(default_factory=list)
+    error: str | None = None
+    exit_code: int = PASS
+    seconds: float = 0.0
+
+    def timed(self, name: str, work, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            result = work(*args, **kwargs)
+        except Stop as stop:
+            self.steps.append(Step(name, time.perf_counter() - started, str(stop), ok=False))
+            raise
+        detail = result[1] if isinstance(result, tuple) and len(result) == 2 else ""
+        self.steps.append(Step(name, time.perf_counter() - started, str(detail)))
+        return result
+
+
+def source_of(target: str) -> Path:
+    """The model directory, or the shipped example of that name."""
+    path = Path(target)
+    for candidate in (path, EXAMPLES / target):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise Stop(
+        ENVIRONMENT,
+        f"{target}: no config.json there (a local model directory, or one of the examples: "
+        f"{', '.join(examples())})",
+    )
+
+
+def examples() -> list[str]:
+    return sorted(p.name for p in EXAMPLES.iterdir() if (p / "config.json").is_file())
+
+
+def _versions(report: Rehearsal) -> None:
+    from importlib import metadata, util
+
+    from .gates import vllm_version
+
+    for name in ("vllm", "speculators"):
+        if util.find_spec(name) is None:
+            raise Stop(ENVIRONMENT, f"{name} is not importable here: install it first")
+    report.vllm = str(vllm_version())
+    try:
+        report.speculators = metadata.version("speculators")
+    except metadata.PackageNotFoundError:
+        report.speculators = "unknown"
+
+
+def _route(config: dict[str, Any], layer_ids: list[int] | None) -> tuple[Any, str]:
+    from .capture import UnsupportedModel, check_layer_ids, route, text_layers
+
+    routed = route(config.get("architectures") or [])
+    if not routed.served:
+        raise Stop(UNTRUSTED, f"{routed.architecture}: {routed.reason}")
+    depth = text_layers(config)
+    try:
+        check_layer_ids(layer_ids, depth)
+    except UnsupportedModel as exc:
+        raise Stop(UNTRUSTED, str(exc)) from None
+    outside = [k for k in layer_ids or () if depth and not 0 <= k < depth]
+    if outside:  # the copy's mapping would hide it; the stock generator refuses it
+        raise Stop(UNTRUSTED, f"layer_ids {layer_ids}: {outside} outside 0..{depth - 1}")
+    return routed, routed.reason
+
+
+def _cpu_without_mla_backend() -> bool:
+    import importlib.util
+
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu() and not importlib.util.find_spec(
+        "vllm.v1.attention.backends.mla.cpu_mla"
+    )
+
+
+def _build(source: Path, directory: Path, tensor_parallel_size: int) -> tuple[Any, str]:
+    from . import miniature
+
+    try:
+        copy = miniature.build(source, directory, tensor_parallel_size)
+    except LookupError as exc:
+        raise Stop(ENVIRONMENT, str(exc)) from None
+    except Exception as exc:
+        what = f"{type(exc).__name__}: {exc}"
+        raise Stop(ENVIRONMENT, f"no random copy could be built: {what}") from None
+    return copy, f"{directory}"
+
+
+def prompts_for(vocab: int, max_model_len: int, seed: int = 0) -> list[list[int]]:
+    """Long prompts whose sum crosses the stock scheduler's step, and two short ones."""
+    rng = random.Random(seed)
+    long = min(max_model_len - 1, 1500)
+    lengths = [2, *[long] * (STOCK_STEP_TOKENS // long + 1), 7]
+    return [[rng.randrange(4, vocab) for _ in range(n)] for n in lengths]
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    return env | {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+def run_child(mode: str, spec: dict[str, Any], workdir: Path, report: Rehearsal) -> Any:
+    """`reference.py` in a fresh process; a failure stops the rehearsal with its error."""
+    import torch
+
+    from . import REGISTRY
+
+    spec = spec | {"out": str(workdir / f"{mode}.pt")}
+    spec_file = workdir / f"{mode}.json"
+    spec_file.write_text(json.dumps(spec))
+    proc = subprocess.run(
+        [sys.executable, "-m", "spec_compat.reference", mode, str(spec_file)],
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    if proc.returncode == 0:
+        return torch.load(spec["out"], weights_only=False)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line.split(":")[0]]
+    tail = "\n".join(lines[-60:])
+    report.patches_involved = [name for name in REGISTRY.patches if name in tail]
+    what = "the stock extractor" if mode == "extract" else "vLLM's own aux hidden states"
+    raise Stop(UNTRUSTED, f"{what} failed: {(errors or lines or ['no output'])[-1].strip()}")
+
+
+def compare(results: list[dict[str, Any]], prompts: list[list[int]], expected) -> float:
+    from .reference import relative_error
+
+    if len(results) != len(prompts):
+        raise Stop(UNTRUSTED, f"{len(results)} results for {len(prompts)} prompts")
+    worst = 0.0
+    for i, (result, ids, want) in enumerate(zip(results, prompts, expected, strict=True)):
+        if result["input_ids"].tolist() != ids:
+            raise Stop(UNTRUSTED, f"result {i} is not prompt {i}: results out of order")
+        for got, ref in zip(result["hidden_states"], want, strict=True):
+            if tuple(got.shape) != tuple(ref.shape):
+                raise Stop(UNTRUSTED, f"prompt {i}: shape {tuple(got.shape)}, want {ref.shape}")
+            worst = max(worst, relative_error(got, ref))
+    return worst
+
+
+def stock_selection(layers: int) -> list[int]:
+    """The layers both stock lines pick when given none."""
+    return [2, layers // 2, layers - 3, layers - 1]
+
+
+def rehearse(
+    target: str,
+    layer_ids: list[int] | None = None,
+    tensor_parallel_size: int = 1,
+    max_model_len: int = 2048,
+) -> Rehearsal:
+    report = Rehearsal(model=target)
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="spec-compat-rehearsal-") as tmp:
+            _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, Path(tmp))
+    except Stop as stop:
+        report.error, report.exit_code = str(stop), stop.exit_code
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, workdir) -> None:
+    source = report.timed("read config", lambda: (source_of(target), ""))[0]
+    config = json.loads((source / "config.json").read_text())
+    report.architecture = (config.get("architectures") or ["?"])[0]
+    _versions(report)
+    report.timed("route", _route, config, layer_ids)
+    copy = report.timed("build copy", _build, source, workdir / "model", tensor_parallel_size)[0]
+    report.copy = copy.notes
+    on_cpu_mla = copy.mla and _cpu_without_mla_backend()
+    if on_cpu_mla:
+        raise Stop(ENVIRONMENT, "this vLLM's CPU build has no MLA attention backend (0.28+)")
+    backend = None
+    if copy.mla:
+        from vllm.platforms import current_platform
+
+        backend = "CPU_MLA" if current_platform.is_cpu() else None  # AMX MLA: bf16 only
+    prompts = prompts_for(copy.prompt_vocab, max_model_len)
+    # vLLM's CPU MLA prefill depends on the batch (docs/models.md); the reference runs alone
+    calls = [[i] for i in range(len(prompts))] if backend else [list(range(len(prompts)))]
+    spec = {
+        "model": str(copy.directory),
+        "prompts": prompts,
+        "layers": copy.map_layers(layer_ids or stock_selection(copy.layers)),
+        "max_model_len": max_model_len,
+        "tensor_parallel_size": tensor_parallel_size,
+        "calls": calls,
+        "attention_backend": backend,
+    }
+    tokens = sum(map(len, prompts))
+
+    def extract():
+        out = run_child("extract", spec, workdir, report)
+        return out, f"{len(prompts)} prompts, {tokens} tokens, {len(calls)} generate() call(s)"
+
+    extracted = report.timed("extract", extract)[0]
+    layers = extracted["layers"]
+    report.layer_ids = {
+        "asked": layer_ids or stock_selection(copy.layers),
+        "stock_selection": layer_ids is None,
+        "rehearsed": layers,
+    }
+
+    def reference():
+        if copy.mla:
+            return run_child("native", spec | {"layers": layers}, workdir, report), report.reference
+        from .reference import oracle
+
+        return oracle(copy.directory, prompts, layers), report.reference
+
+    report.reference = (
+        "vLLM's own EAGLE-3 aux hidden states (float32)" if copy.mla else "transformers (float32)"
+    )
+    expected = report.timed("reference", reference)[0]
+    worst = report.timed("compare", lambda: (compare(extracted["results"], prompts, expected), ""))
+    report.max_relative_error = worst[0]
+    if worst[0] > TOLERANCE:
+        raise Stop(UNTRUSTED, f"states differ from the reference: {worst[0]:.1e} > {TOLERANCE}")
+
+
+def render(report: Rehearsal) -> str:
+    lines = [
+        f"spec_compat rehearse {report.model}: {report.architecture or '?'} on vLLM "
+        f"{report.vllm or '?'}, speculators {report.speculators or '?'}",
+        *(f"  copy: {note}" for note in report.copy),
+    ]
+    if report.layer_ids:
+        ids = report.layer_ids
+        lines.append(
+            f"  layer ids: {ids['asked']}{' (the stock selection)' * ids['stock_selection']} "
+            f"-> {ids['rehearsed']} on the copy"
+        )
+    if report.reference:
+        lines.append(f"  reference: {report.reference}")
+    for step in report.steps:
+        mark = "ok  " if step.ok else "FAIL"
+        lines.append(f"  {mark} {step.name:<12} {step.seconds:6.1f} s  {step.detail}")
+    if report.max_relative_error is not None:
+        lines.append(
+            f"  max relative error {report.max_relative_error:.1e} (tolerance {TOLERANCE:.0e})"
+        )
+    if report.patches_involved:
+        lines.append(f"  patches involved: {', '.join(report.patches_involved)}")
+    verdict = {PASS: "PASS", UNTRUSTED: "FAIL", ENVIRONMENT: "CANNOT REHEARSE HERE"}
+    lines.append(f"{verdict[report.exit_code]} in {report.seconds:.0f} s")
+    if report.error:
+        lines.append(f"  {report.error}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="spec_compat rehearse", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("model", nargs="?", help="model directory (config.json) or example name")
+    parser.add_argument("--layer-ids", type=int, nargs="+", help="the real model's layer ids")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+    parser.add_argument("--examples", action="store_true", help="list the shipped examples")
+    args = parser.parse_args(argv)
+    if args.examples or not args.model:
+        print("\n".join(examples()))
+        return PASS if args.examples else ENVIRONMENT
+    # vLLM logs to stdout and binds the stream when first imported: keep stdout for the report
+    with contextlib.redirect_stdout(sys.stderr):
+        report = rehearse(args.model, args.layer_ids, args.tensor_parallel_size, args.max_model_len)
+    print(json.dumps(asdict(report), indent=2) if args.json else render(report))
+    return report.exit_code

@@ -1,0 +1,105 @@
+"""`python -m spec_compat rehearse`: the stock extractor on a shrunken random copy of a
+model's architecture, compared with an independent reference, before the real load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spec_compat import rehearse as rehearsal
+
+from .harness import child_env
+
+pytestmark = pytest.mark.e2e
+
+#: the CI example: routed experts, grouped-query attention, a 48-layer stock selection
+CORE_EXAMPLE = "qwen3-30b-a3b"
+#: both stock lines pick [2, 24, 45, 47] of 48 layers: the same depths of the 4-layer copy
+CORE_LAYERS = [0, 2, 3, 3]
+
+
+def rehearse(speculators_dir, *args: str, env: dict | None = None) -> tuple[int, dict]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "spec_compat", "rehearse", *args, "--json"],
+        env=child_env(speculators_dir) | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(
+            f"exit {proc.returncode}, no report:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+
+
+def step_names(report: dict) -> list[str]:
+    return [s["name"] for s in report["steps"]]
+
+
+def test_a_shipped_example_passes_against_transformers(speculators_dir, line):
+    code, report = rehearse(speculators_dir, CORE_EXAMPLE, "--max-model-len", "1024")
+    assert code == 0, report["error"]
+    assert report["speculators"] == line
+    assert report["reference"] == "transformers (float32)"
+    assert report["layer_ids"]["rehearsed"] == CORE_LAYERS
+    assert report["max_relative_error"] <= rehearsal.TOLERANCE
+    assert step_names(report) == [
+        "read config", "route", "build copy", "extract", "reference", "compare"
+    ]  # fmt: skip
+    assert all(s["ok"] for s in report["steps"])
+
+
+def test_an_architecture_the_capture_cannot_serve_exits_1_before_building(
+    speculators_dir, tmp_path
+):
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["OPTForCausalLM"], "model_type": "opt"})
+    )
+    code, report = rehearse(speculators_dir, str(tmp_path))
+    assert code == 1, report
+    assert "OPTForCausalLM" in report["error"] and "SupportsEagle3" in report["error"]
+    assert step_names(report) == ["read config", "route"]  # nothing built, nothing loaded
+
+
+def test_layer_ids_past_the_end_exit_1_before_building(speculators_dir):
+    code, report = rehearse(speculators_dir, "llama-3.1-8b", "--layer-ids", "2", "32")
+    assert code == 1, report
+    assert "0..31" in report["error"]
+    assert step_names(report) == ["read config", "route"]
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("example", rehearsal.examples())
+def test_every_shipped_example(speculators_dir, example):
+    from spec_compat.rehearse import _cpu_without_mla_backend
+
+    code, report = rehearse(speculators_dir, example, "--max-model-len", "1024")
+    mla = "deepseek" in example or "kimi" in example
+    if mla and _cpu_without_mla_backend():
+        assert code == 2, report
+        assert "no MLA attention backend" in report["error"]
+        return
+    assert code == 0, report["error"]
+    assert report["max_relative_error"] <= rehearsal.TOLERANCE
+    want = "vLLM's own" if mla else "transformers"
+    assert report["reference"].startswith(want)
+
+
+@pytest.mark.exhaustive
+def test_a_rehearsal_without_the_data_patches_fails_naming_what_differs(speculators_dir, line):
+    """The comparison can fail: without the patch for its line's silent data bug, the
+    stock extractor's own results are caught (0.4.x: out of input order with over 10
+    prompts; 0.3.0: a prompt split across scheduler steps)."""
+    patch = "v030_whole_prompt_prefill" if line == "0.3.0" else "v04_results_in_input_order"
+    code, report = rehearse(
+        speculators_dir, CORE_EXAMPLE, "--max-model-len", "512",
+        env={"SPEC_COMPAT_EXCLUDE": patch},
+    )  # fmt: skip
+    assert code == 1, report
+    assert report["max_relative_error"] is None or report["max_relative_error"] > 1e-4
+    assert report["steps"][-1]["ok"] is False, report["steps"]

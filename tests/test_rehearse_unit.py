@@ -1,0 +1,80 @@
+"""The rehearsal's pieces that need no engine: the shrunken copy's config, the layer
+mapping, the prompts and the refusals that come before anything loads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spec_compat import miniature, rehearse
+
+transformers = pytest.importorskip("transformers")
+
+
+def example(name: str) -> dict:
+    return json.loads((rehearse.EXAMPLES / name / "config.json").read_text())
+
+
+def test_the_copy_keeps_head_size_ratio_experts_and_vocabulary():
+    config, notes = miniature.shrink(example("qwen3-30b-a3b"))
+    assert config.num_hidden_layers == miniature.LAYERS
+    assert config.head_dim == 128  # the kernel sees the real head size
+    assert config.num_attention_heads // config.num_key_value_heads == 4  # 32/4 -> 8/2
+    assert (config.num_experts, config.num_experts_per_tok) == (128, 8)
+    assert config.vocab_size == 151936
+    assert config.hidden_size == miniature.WIDTH
+    assert "48 -> 4 layers" in notes[-1]
+
+
+def test_the_copy_keeps_mla_ranks_and_routing_and_drops_quantisation():
+    config, notes = miniature.shrink(example("deepseek-v3"))
+    assert (config.kv_lora_rank, config.q_lora_rank, config.qk_rope_head_dim) == (512, 1536, 64)
+    assert (config.n_routed_experts, config.n_group, config.topk_group) == (256, 8, 4)
+    assert config.first_k_dense_replace == 3  # three dense layers, then experts
+    assert not hasattr(config, "quantization_config") or not config.quantization_config
+    assert any("quantization_config" in note for note in notes)
+
+
+def test_heads_stay_divisible_by_the_tensor_parallel_size():
+    config, _ = miniature.shrink(example("llama-3.1-8b"), tensor_parallel_size=4)
+    assert config.num_attention_heads % 4 == 0 and config.num_key_value_heads % 4 == 0
+
+
+def test_per_layer_lists_follow_the_depth():
+    raw = example("qwen3-8b") | {"layer_types": ["full_attention"] * 36}
+    config, _ = miniature.shrink(raw)
+    assert config.layer_types == ["full_attention"] * miniature.LAYERS
+
+
+def test_layer_ids_keep_their_relative_depth_and_the_last_layer():
+    copy = miniature.Miniature(rehearse.EXAMPLES, "X", layers=32, mla=False, prompt_vocab=10)
+    assert copy.map_layers([2, 16, 29, 31]) == [0, 2, 3, 3]
+    assert copy.map_layers([31, 0]) == [3, 0]  # the caller's order
+
+
+def test_prompts_cross_the_stock_scheduler_step():
+    prompts = rehearse.prompts_for(vocab=1000, max_model_len=2048)
+    assert sum(map(len, prompts)) > rehearse.STOCK_STEP_TOKENS
+    assert all(len(p) < 2048 and all(4 <= t < 1000 for t in p) for p in prompts)
+
+
+def test_a_path_without_config_json_exits_2_at_once(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "spec_compat", "rehearse", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    report = json.loads(proc.stdout)
+    assert "no config.json" in report["error"] and "llama-3.1-8b" in report["error"]
+
+
+def test_every_shipped_example_is_listed():
+    names = rehearse.examples()
+    assert {"llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "deepseek-v3", "kimi-k2.5-text"} <= set(
+        names
+    )
