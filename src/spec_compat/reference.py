@@ -132,7 +132,7 @@ def _native(spec: dict[str, Any]) -> Any:
         dtype="float32",
         enforce_eager=True,
         max_model_len=spec["max_model_len"],
-        tensor_parallel_size=spec["tensor_parallel_size"],
+        tensor_parallel_size=spec.get("tensor_parallel_size", 1),
         enable_prefix_caching=False,
         **options,
         **spec.get("model_options", {}),

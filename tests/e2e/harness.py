@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spec_compat.reference import oracle, relative_error
+
+__all__ = ["oracle", "relative_error"]  # the tests' reference, shared with `rehearse`
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("run_extractor.py")
 NATIVE_RUNNER = Path(__file__).with_name("run_native.py")
@@ -174,65 +178,6 @@ def preload_env() -> dict[str, str]:
         return {}
     iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
     return {"LD_PRELOAD": f"{TCMALLOC}:{iomp}"}
-
-
-def oracle(model: Path, prompts: list[list[int]], layers: list[int]) -> list[list[Any]]:
-    """transformers' output of each decoder layer `k` (before the final norm), per prompt.
-
-    speculators' layer k capture is `hidden_states[k + 1]` for every layer but the last,
-    whose `hidden_states` entry is after the norm: forward hooks on the layers give all of
-    them before the norm, and the test checks the hooks against `hidden_states` too.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    config = json.loads((Path(model) / "config.json").read_text())
-    if "text_config" in config:  # a multimodal wrapper: its text path is the oracle
-        from transformers import AutoModelForImageTextToText as auto
-    else:
-        auto = AutoModelForCausalLM
-    lm = auto.from_pretrained(model, torch_dtype=torch.float32).eval()
-    layers_of = decoder_layers(lm)
-    captured: dict[int, Any] = {}
-    hooks = [
-        layers_of[k].register_forward_hook(
-            lambda _m, _i, out, k=k: captured.__setitem__(
-                k, out[0] if isinstance(out, tuple) else out
-            )
-        )
-        for k in layers
-    ]
-    expected = []
-    try:
-        with torch.no_grad():
-            for ids in prompts:
-                outputs = lm(input_ids=torch.tensor([ids]), output_hidden_states=True)
-                per_layer = [captured[k][0].clone() for k in layers]
-                for k, state in zip(layers, per_layer, strict=True):
-                    if k + 1 < len(outputs.hidden_states) - 1:
-                        assert torch.equal(state, outputs.hidden_states[k + 1][0])
-                expected.append(per_layer)
-    finally:
-        for h in hooks:
-            h.remove()
-    return expected
-
-
-def decoder_layers(lm: Any) -> Any:
-    """The decoder's layer list, whatever the family calls it (`layers`, `h`, ...)."""
-    import torch
-
-    text = getattr(lm.config, "text_config", None) or lm.config
-    count = text.num_hidden_layers
-    root = lm.get_decoder() if hasattr(lm, "get_decoder") else lm  # not a vision tower
-    for module in root.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
-            return module
-    raise LookupError(f"{type(lm).__name__}: no list of {count} decoder layers")
-
-
-def relative_error(got: Any, want: Any) -> float:
-    return float((got.float() - want.float()).abs().max() / want.float().abs().max())
 
 
 def compare(

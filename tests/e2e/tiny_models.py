@@ -14,36 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-VOCAB = 1024
-
-
-def build_tokenizer(directory: Path) -> None:
-    import sysconfig
-
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(str(p) for p in stdlib.glob("*.py"))[:60]
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=["<unk>", "<s>", "</s>", "<image>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train(files, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        additional_special_tokens=["<image>"],
-    )
-    fast.save_pretrained(directory)
-
+from spec_compat.miniature import TOKENIZER_VOCAB as VOCAB
+from spec_compat.miniature import build_tokenizer
 
 TEXT = {
     "vocab_size": VOCAB,
