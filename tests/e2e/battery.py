@@ -102,6 +102,10 @@ def planned_calls() -> dict[str, list[list[int]]]:
         # needs several steps again: the stock scheduler still held the first one's requests
         "interrupted": ordered,
         "after an interrupted call": ordered,
+        # a real SIGINT while the driver waits for the workers' states: the stock executor
+        # abandoned the reply, and every later RPC read the one before it
+        "interrupted in a reply wait": ordered,
+        "after a reply-wait interrupt": ordered,
     }
 
 
@@ -119,7 +123,11 @@ def run_battery(speculators_dir: Path, model: Path, layers: list[int]) -> Batter
         layers,
         calls=indices,
         max_model_len=MAX_MODEL_LEN,
-        extra={"catch_errors": True, "interrupt_call": list(calls).index("interrupted")},
+        extra={
+            "catch_errors": True,
+            "interrupt_call": list(calls).index("interrupted"),
+            "sigint_in_reply_call": list(calls).index("interrupted in a reply wait"),
+        },
     )
     battery = Battery(run, calls)
     if run.data is not None:

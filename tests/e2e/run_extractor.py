@@ -5,7 +5,8 @@
 SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int,
        "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
        "exclude": [...]|null, "out": file.pt, "catch_errors": bool,
-       "tensor_parallel_size": int, "drop_results": bool, "model_options": {...}}
+       "tensor_parallel_size": int, "drop_results": bool, "model_options": {...},
+       "interrupt_call": n, "sigint_in_reply_call": n}
 
 With "models": [dir, or [dir, layers]] instead of "model", one generator per model is
 built in turn in this one process (the architecture sweep), each serving every call; a
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,7 +50,11 @@ def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
     outputs = []
     for n, indices in enumerate(spec["calls"]):
         started = time.perf_counter()
-        restore = interrupt_second_step(generator) if n == spec.get("interrupt_call") else None
+        restore = None
+        if n == spec.get("interrupt_call"):
+            restore = interrupt_second_step(generator)
+        elif n == spec.get("sigint_in_reply_call"):
+            restore = sigint_in_reply_wait(generator)
         try:
             results = generator.generate([prompts[i] for i in indices])
         except (Exception, KeyboardInterrupt) as exc:  # bad input, or the interrupted call:
@@ -89,6 +95,30 @@ def interrupt_second_step(generator):
 
     executor.execute_model = execute_model
     return lambda: vars(executor).pop("execute_model", None)
+
+
+def sigint_in_reply_wait(generator):
+    """Test-only: a real SIGINT reaches the driver alone (as Jupyter's interrupt sends it)
+    while it waits for the workers' reply to the call's `_get_captured_states`, after the
+    request went out; returns what undoes it."""
+    executor = generator.executor
+    stock_rpc = executor.collective_rpc
+
+    def collective_rpc(method, *args, **kwargs):
+        if method == "_get_captured_states":
+            queue = executor.response_mqs[0]
+            stock_dequeue = queue.dequeue
+
+            def dequeue(*a, **kw):
+                vars(queue).pop("dequeue", None)  # once
+                os.kill(os.getpid(), signal.SIGINT)
+                return stock_dequeue(*a, **kw)
+
+            queue.dequeue = dequeue
+        return stock_rpc(method, *args, **kwargs)
+
+    executor.collective_rpc = collective_rpc
+    return lambda: vars(executor).pop("collective_rpc", None)
 
 
 def main() -> None:

@@ -178,6 +178,44 @@ def test_without_generate_recovery_the_call_after_an_interrupted_one_fails(
         assert isinstance(after, dict), "the stock generator served the call after an interrupt"
 
 
+def test_a_ctrl_c_in_a_reply_wait_keeps_the_generator_in_step(patched_battery, llama_oracle):
+    """SIGINT while the driver waits for the workers' captured states: the reply is taken
+    in, then the call raises KeyboardInterrupt; the next call is exact."""
+    error = patched_battery.error("interrupted in a reply wait")
+    assert error == "KeyboardInterrupt: raised once the workers' reply was in", error
+    prompts = patched_battery.calls["after a reply-wait interrupt"]
+    results = patched_battery.results("after a reply-wait interrupt")
+    assert compare(results, prompts, llama_oracle(prompts)) <= TOLERANCE
+
+
+@pytest.mark.exhaustive
+def test_without_executor_rpc_in_step_a_reply_wait_interrupt_breaks_the_next_call(
+    line, speculators_dir, tiny_llama, llama_oracle
+):
+    """The stock executor abandons the reply: the next call reads stale replies and fails
+    (or, worse, returns states that are not its prompts')."""
+    prompts = battery.ordered_prompts()
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        prompts,
+        LAYERS,
+        calls=[list(range(len(prompts)))] * 2,
+        max_model_len=battery.MAX_MODEL_LEN,
+        exclude=["executor_rpc_in_step"],
+        extra={"catch_errors": True, "sigint_in_reply_call": 0},
+    )
+    assert run.data is not None, run.tail
+    interrupted, after = run.data["results"]
+    assert "KeyboardInterrupt" in interrupted["error"]
+    if not isinstance(after, dict):  # it served the call: then not with the right states
+        try:
+            worst = compare(after, prompts, llama_oracle(prompts))
+        except AssertionError:  # wrong shapes, order or count
+            worst = float("inf")
+        assert worst > TOLERANCE
+
+
 def test_bad_input_is_refused_clearly_and_loses_nothing(patched_battery, llama_oracle):
     """No prompts, an empty prompt, an out-of-vocabulary id, ids that are not integers, a flat
     list, a string: a clear error naming the prompt and the expected shape, raised before any
