@@ -106,6 +106,9 @@ def planned_calls() -> dict[str, list[list[int]]]:
         # abandoned the reply, and every later RPC read the one before it
         "interrupted in a reply wait": ordered,
         "after a reply-wait interrupt": ordered,
+        # last: a worker process SIGKILLed (the OOM killer) before the call
+        "after a worker died": short[:3],
+        "again after a worker died": short[:3],
     }
 
 
@@ -127,6 +130,7 @@ def run_battery(speculators_dir: Path, model: Path, layers: list[int]) -> Batter
             "catch_errors": True,
             "interrupt_call": list(calls).index("interrupted"),
             "sigint_in_reply_call": list(calls).index("interrupted in a reply wait"),
+            "kill_worker_call": list(calls).index("after a worker died"),
         },
     )
     battery = Battery(run, calls)

@@ -6,7 +6,7 @@ SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int
        "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
        "exclude": [...]|null, "out": file.pt, "catch_errors": bool,
        "tensor_parallel_size": int, "drop_results": bool, "model_options": {...},
-       "interrupt_call": n, "sigint_in_reply_call": n}
+       "interrupt_call": n, "sigint_in_reply_call": n, "kill_worker_call": n}
 
 With "models": [dir, or [dir, layers]] instead of "model", one generator per model is
 built in turn in this one process (the architecture sweep), each serving every call; a
@@ -51,6 +51,8 @@ def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
     for n, indices in enumerate(spec["calls"]):
         started = time.perf_counter()
         restore = None
+        if n == spec.get("kill_worker_call"):
+            kill_worker(generator, spec, timings)
         if n == spec.get("interrupt_call"):
             restore = interrupt_second_step(generator)
         elif n == spec.get("sigint_in_reply_call"):
@@ -95,6 +97,20 @@ def interrupt_second_step(generator):
 
     executor.execute_model = execute_model
     return lambda: vars(executor).pop("execute_model", None)
+
+
+def kill_worker(generator, spec: dict, timings: dict) -> None:
+    """Test-only: SIGKILL the (first) worker process, as the OOM killer does, after taking
+    the worker report; wait until vLLM's monitor has seen it die."""
+    executor = generator.executor
+    if spec.get("apply", True):
+        from spec_compat.startup import worker_report
+
+        timings["worker_report"] = executor.collective_rpc(worker_report)
+    os.kill(executor.workers[0].proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not executor.is_failed and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def sigint_in_reply_wait(generator):
@@ -181,7 +197,9 @@ def main() -> None:
         import spec_compat
         from spec_compat.startup import worker_report
 
-        worker = generator.executor.collective_rpc(worker_report)
+        worker = timings.pop("worker_report", None)  # taken before a worker was killed
+        if worker is None:
+            worker = generator.executor.collective_rpc(worker_report)
         status = [r.as_dict() for r in spec_compat.status()]
     # per reply: rows the workers' value test failed (None: not tested there)
     checks = getattr(generator.executor, "spec_compat_worker_checks", None)

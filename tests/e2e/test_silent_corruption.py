@@ -188,6 +188,15 @@ def test_a_ctrl_c_in_a_reply_wait_keeps_the_generator_in_step(patched_battery, l
     assert compare(results, prompts, llama_oracle(prompts)) <= TOLERANCE
 
 
+def test_a_dead_worker_says_the_generator_must_be_rebuilt(patched_battery):
+    """A worker SIGKILLed between calls: this call and every later one raise WorkerLost at
+    once, saying what to do (vLLM's own message was "Executor failed.")."""
+    for name in ("after a worker died", "again after a worker died"):
+        error = patched_battery.error(name)
+        assert error.startswith("WorkerLost: spec_compat: a vLLM worker process died"), error
+        assert "build a new VllmHiddenStatesGenerator" in error
+
+
 @pytest.mark.exhaustive
 def test_without_executor_rpc_in_step_a_reply_wait_interrupt_breaks_the_next_call(
     line, speculators_dir, tiny_llama, llama_oracle
