@@ -17,6 +17,7 @@ from spec_compat.transport import (  # noqa: E402
     Copier,
     RowMatcher,
     SegmentPool,
+    ShmFull,
     bad_row_flags,
     handed_over_class,
 )
@@ -108,9 +109,15 @@ def test_a_full_shm_raises_memory_error_not_sigbus(monkeypatch):
 
     monkeypatch.setattr(os, "posix_fallocate", full)
     (view,) = store.rows_for("a", 2)
-    with pytest.raises(MemoryError, match="/dev/shm is full"):
+    with pytest.raises(ShmFull, match=r"MiB more were needed .* MiB are free") as caught:
         store.fill(view, torch.ones(2, 4))
+    assert isinstance(caught.value, MemoryError)
     store.close()
+    # the driver raises it again from vLLM's wrapping of the worker's error
+    wrapped = RuntimeError(f"Worker failed with error '{caught.value}', please check the stack")
+    again = ShmFull.from_worker(wrapped)
+    assert isinstance(again, ShmFull) and str(again) == str(caught.value)
+    assert ShmFull.from_worker(RuntimeError("Worker failed with error 'boom'")) is None
 
 
 def test_bad_row_flags_mark_nan_inf_and_zero_rows_of_any_layer():

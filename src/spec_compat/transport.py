@@ -408,15 +408,34 @@ def _close_pool(handed: dict, spare: list) -> None:
     _close_all(spare)
 
 
+class ShmFull(MemoryError):
+    """/dev/shm has no room for a call's captured states (raised in the worker, and again
+    in the driver from the worker's message)."""
+
+    MARK = "spec_compat: /dev/shm is full"
+
+    @classmethod
+    def from_worker(cls, error: BaseException) -> ShmFull | None:
+        """The worker's ShmFull inside vLLM's "Worker failed with error '...'", if there."""
+        text = str(error)
+        start = text.find(cls.MARK)
+        if start < 0:
+            return None
+        end = text.find("', please check", start)
+        return cls(text[start : end if end > 0 else None])
+
+
 def _reserve(fd: int, offset: int, nbytes: int) -> None:
     try:
         os.posix_fallocate(fd, offset, nbytes)
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise
-        raise MemoryError(
-            f"spec_compat: /dev/shm is full ({exc}); give it more room (docker --shm-size) "
-            "or exclude shm_transport_driver,shm_transport_worker"
+        raise ShmFull(
+            f"{ShmFull.MARK}: {nbytes / 2**20:.1f} MiB more were needed for this call's "
+            f"states and {shm_free_bytes() / 2**20:.1f} MiB are free; give it more room "
+            "(docker --shm-size, or --ipc=host), send fewer or shorter prompts per call, or "
+            "exclude shm_transport_driver,shm_transport_worker (the stock, slower path)"
         ) from exc
 
 

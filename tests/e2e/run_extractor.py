@@ -51,6 +51,8 @@ def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
     for n, indices in enumerate(spec["calls"]):
         started = time.perf_counter()
         restore = None
+        if n == spec.get("fill_shm_call"):
+            fill_shm(spec["fill_shm_leave_mb"])
         if n == spec.get("kill_worker_call"):
             kill_worker(generator, spec, timings)
         if n == spec.get("interrupt_call"):
@@ -97,6 +99,14 @@ def interrupt_second_step(generator):
 
     executor.execute_model = execute_model
     return lambda: vars(executor).pop("execute_model", None)
+
+
+def fill_shm(leave_mb: int) -> None:
+    """Test-only, in a private /dev/shm (`unshare -m`): fill it up to `leave_mb` MiB free."""
+    free = os.statvfs("/dev/shm")
+    fill = free.f_bavail * free.f_frsize - (leave_mb << 20)
+    with open("/dev/shm/spec-compat-test-filler", "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, fill)
 
 
 def kill_worker(generator, spec: dict, timings: dict) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,9 +17,9 @@ import torch
 
 from spec_compat.transport import PREFIX
 
-from . import tiny_models
+from . import battery, tiny_models
 from .conftest import LAYERS
-from .harness import RUNNER, run_stock
+from .harness import RUNNER, TOLERANCE, compare, run_stock
 
 pytestmark = pytest.mark.e2e
 TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
@@ -180,3 +181,42 @@ def test_tensor_parallel_2_captures_on_rank_0_and_matches_the_oracle(
     assert rank0["transport"] == ("per layer" if line.startswith("0.3") else "per request")
     assert rank1["transport"] is None
     assert not leaked(before)
+
+
+def private_shm(size_mb: int) -> list[str]:
+    """A launcher: the extractor in its own mount namespace with a `size_mb` /dev/shm."""
+    mount = f'mount -t tmpfs -o size={size_mb}m tmpfs /dev/shm && exec "$0" "$@"'
+    return ["unshare", "-m", "sh", "-c", mount, sys.executable]
+
+
+@pytest.mark.exhaustive
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="a private /dev/shm needs root"
+)
+def test_a_full_dev_shm_raises_memory_error_and_the_next_call_is_exact(
+    line, speculators_dir, tiny_llama, llama_oracle
+):
+    """/dev/shm filled to 12 MiB free before a call whose states need ~48 MiB (vLLM's own
+    queues need 240 MiB of the 300): 0.4.x's call raises ShmFull, a MemoryError with the
+    sizes and the fix (vLLM's RuntimeError before); 0.3.0's arena falls back to the stock
+    RPC and serves it exactly.  Either way the same generator's next call is exact."""
+    big, small = battery.long_prompts(), battery.short_prompts()[:3]
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        big + small,
+        LAYERS,
+        calls=[list(range(len(big))), list(range(len(big), len(big) + len(small)))],
+        max_model_len=battery.MAX_MODEL_LEN,
+        launcher=private_shm(300),
+        extra={"catch_errors": True, "fill_shm_call": 0, "fill_shm_leave_mb": 12},
+    )
+    assert run.data is not None, run.tail
+    full, after = run.data["results"]
+    if line.startswith("0.3"):
+        assert compare(full, big, llama_oracle(big)) <= TOLERANCE
+    else:
+        error = full["error"]
+        assert error.startswith("ShmFull: spec_compat: /dev/shm is full: "), error
+        assert "MiB are free" in error and "--shm-size" in error
+    assert compare(after, small, llama_oracle(small)) <= TOLERANCE

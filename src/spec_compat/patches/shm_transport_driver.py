@@ -15,6 +15,8 @@ How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_r
     When a call starts, per-call segments that no live result uses are named to the
     workers (``_spec_compat_recycle``), which reuse them: memory written before is several
     times faster to fill than fresh memory.
+    A worker's ``ShmFull`` (a full ``/dev/shm``) reaches the caller as ``ShmFull``, a
+    ``MemoryError`` with the sizes and the fix, not as vLLM's ``RuntimeError``.
     Values are bitwise the stock ones.  A reply without descriptors (the worker fell back)
     passes through untouched.  Attachments close on ``shutdown()`` and at exit.
 Upstream change: none.
@@ -28,7 +30,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..registry import Patch
-from ..transport import WORKER_CHECKED, Attachments, shm_free_bytes
+from ..transport import WORKER_CHECKED, Attachments, ShmFull, shm_free_bytes
 from ._stock import GENERATOR, named_adapter
 
 
@@ -46,7 +48,12 @@ def wrap(original: type) -> type:
         spec_compat_worker_checks: list[int | None]
 
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-            reply = super().collective_rpc(method, *args, **kwargs)
+            try:
+                reply = super().collective_rpc(method, *args, **kwargs)
+            except RuntimeError as exc:  # the worker's ShmFull, as a MemoryError here too
+                if full := ShmFull.from_worker(exc):
+                    raise full from exc
+                raise
             attachments = self._spec_compat_attachments
             # a new call: segments whose results are gone go back to the workers for reuse
             if method == "_reset_capture" and attachments and (free := attachments.released()):
