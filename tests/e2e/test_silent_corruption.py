@@ -152,6 +152,26 @@ def test_a_call_interrupted_midway_leaves_the_generator_serving(patched_battery,
     assert compare(results, prompts, llama_oracle(prompts)) <= TOLERANCE
 
 
+def interrupted_then_again(speculators_dir, model, excluded: str, interruption: str):
+    """The 33-prompt call twice without `excluded`, the first interrupted (`interruption`:
+    a run_extractor option); returns what the second call gave."""
+    prompts = battery.ordered_prompts()
+    run = run_stock(
+        speculators_dir,
+        model,
+        prompts,
+        LAYERS,
+        calls=[list(range(len(prompts)))] * 2,
+        max_model_len=battery.MAX_MODEL_LEN,
+        exclude=[excluded],
+        extra={"catch_errors": True, interruption: 0},
+    )
+    assert run.data is not None, run.tail
+    interrupted, after = run.data["results"]
+    assert "KeyboardInterrupt" in interrupted["error"]
+    return after
+
+
 @pytest.mark.exhaustive
 def test_without_generate_recovery_the_call_after_an_interrupted_one_fails(
     line, speculators_dir, tiny_llama, llama_oracle
@@ -159,19 +179,9 @@ def test_without_generate_recovery_the_call_after_an_interrupted_one_fails(
     """The stock 0.4.x generator fails every later multi-step call; 0.3.0's loop, as
     v030_whole_prompt_prefill rewrites it, happens to survive and must stay exact."""
     prompts = battery.ordered_prompts()
-    run = run_stock(
-        speculators_dir,
-        tiny_llama,
-        prompts,
-        LAYERS,
-        calls=[list(range(len(prompts)))] * 2,
-        max_model_len=battery.MAX_MODEL_LEN,
-        exclude=["generate_recovery"],
-        extra={"catch_errors": True, "interrupt_call": 0},
+    after = interrupted_then_again(
+        speculators_dir, tiny_llama, "generate_recovery", "interrupt_call"
     )
-    assert run.data is not None, run.tail
-    interrupted, after = run.data["results"]
-    assert "KeyboardInterrupt" in interrupted["error"]
     if line.startswith("0.3"):
         assert compare(after, prompts, llama_oracle(prompts)) <= TOLERANCE
     else:
@@ -204,19 +214,9 @@ def test_without_executor_rpc_in_step_a_reply_wait_interrupt_breaks_the_next_cal
     """The stock executor abandons the reply: the next call reads stale replies and fails
     (or, worse, returns states that are not its prompts')."""
     prompts = battery.ordered_prompts()
-    run = run_stock(
-        speculators_dir,
-        tiny_llama,
-        prompts,
-        LAYERS,
-        calls=[list(range(len(prompts)))] * 2,
-        max_model_len=battery.MAX_MODEL_LEN,
-        exclude=["executor_rpc_in_step"],
-        extra={"catch_errors": True, "sigint_in_reply_call": 0},
+    after = interrupted_then_again(
+        speculators_dir, tiny_llama, "executor_rpc_in_step", "sigint_in_reply_call"
     )
-    assert run.data is not None, run.tail
-    interrupted, after = run.data["results"]
-    assert "KeyboardInterrupt" in interrupted["error"]
     if not isinstance(after, dict):  # it served the call: then not with the right states
         try:
             worst = compare(after, prompts, llama_oracle(prompts))
