@@ -168,30 +168,43 @@ def child_env() -> dict[str, str]:
     return env | {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 
 
-def run_child(mode: str, spec: dict[str, Any], workdir: Path, report: Rehearsal) -> Any:
-    """`reference.py` in a fresh process; a failure stops the rehearsal with its error."""
+@dataclass
+class Child:
+    mode: str
+    proc: subprocess.Popen
+    log: Path
+    out: Path
+
+
+def start_child(mode: str, spec: dict[str, Any], workdir: Path) -> Child:
+    """`reference.py` in a fresh process, its output in a log file."""
+    out, log = workdir / f"{mode}.pt", workdir / f"{mode}.log"
+    spec_file = workdir / f"{mode}.json"
+    spec_file.write_text(json.dumps(spec | {"out": str(out)}))
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spec_compat.reference", mode, str(spec_file)],
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    return Child(mode, proc, log, out)
+
+
+def finish_child(child: Child, report: Rehearsal) -> Any:
+    """The child's result; a failure stops the rehearsal with its error."""
     import torch
 
     from . import REGISTRY
 
-    spec = spec | {"out": str(workdir / f"{mode}.pt")}
-    spec_file = workdir / f"{mode}.json"
-    spec_file.write_text(json.dumps(spec))
-    proc = subprocess.run(
-        [sys.executable, "-m", "spec_compat.reference", mode, str(spec_file)],
-        env=child_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    if proc.returncode == 0:
-        return torch.load(spec["out"], weights_only=False)
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if child.proc.wait() == 0:
+        return torch.load(child.out, weights_only=False)
+    lines = [line for line in child.log.read_text().splitlines() if line.strip()]
     errors = [line for line in lines if "Error" in line or "error" in line.split(":")[0]]
     tail = "\n".join(lines[-60:])
     report.patches_involved = [name for name in REGISTRY.patches if name in tail]
-    what = "the stock extractor" if mode == "extract" else "vLLM's own aux hidden states"
+    what = "the stock extractor" if child.mode == "extract" else "vLLM's own aux hidden states"
     raise Stop(UNTRUSTED, f"{what} failed: {(errors or lines or ['no output'])[-1].strip()}")
 
 
@@ -263,8 +276,20 @@ def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, wo
     }
     tokens = sum(map(len, prompts))
 
+    # vLLM's own states need an engine of their own: started now, it runs beside the
+    # extractor (each is mostly single-threaded start-up)
+    native = start_child("native", spec, workdir) if copy.mla else None
+    report.reference = (
+        "vLLM's own EAGLE-3 aux hidden states (float32)" if copy.mla else "transformers (float32)"
+    )
+
     def extract():
-        out = run_child("extract", spec, workdir, report)
+        try:
+            out = finish_child(start_child("extract", spec, workdir), report)
+        except Stop:
+            if native is not None:
+                native.proc.kill()
+            raise
         return out, f"{len(prompts)} prompts, {tokens} tokens, {len(calls)} generate() call(s)"
 
     extracted = report.timed("extract", extract)[0]
@@ -276,15 +301,12 @@ def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, wo
     }
 
     def reference():
-        if copy.mla:
-            return run_child("native", spec | {"layers": layers}, workdir, report), report.reference
+        if native is not None:
+            return finish_child(native, report), f"{report.reference}, beside the extractor"
         from .reference import oracle
 
         return oracle(copy.directory, prompts, layers), report.reference
 
-    report.reference = (
-        "vLLM's own EAGLE-3 aux hidden states (float32)" if copy.mla else "transformers (float32)"
-    )
     expected = report.timed("reference", reference)[0]
     worst = report.timed("compare", lambda: (compare(extracted["results"], prompts, expected), ""))
     report.max_relative_error = worst[0]
