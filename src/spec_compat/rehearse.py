@@ -208,19 +208,45 @@ def finish_child(child: Child, report: Rehearsal) -> Any:
     raise Stop(UNTRUSTED, f"{what} failed: {(errors or lines or ['no output'])[-1].strip()}")
 
 
-def compare(results: list[dict[str, Any]], prompts: list[list[int]], expected) -> float:
+def compare(
+    results: list[dict[str, Any]],
+    prompts: list[list[int]],
+    expected,
+    layers: list[int],
+    report: Rehearsal,
+) -> float:
+    """The worst relative error; raises with where the states differ when it is too large."""
     from .reference import relative_error
 
     if len(results) != len(prompts):
         raise Stop(UNTRUSTED, f"{len(results)} results for {len(prompts)} prompts")
-    worst = 0.0
+    worst, where = 0.0, ""
     for i, (result, ids, want) in enumerate(zip(results, prompts, expected, strict=True)):
         if result["input_ids"].tolist() != ids:
             raise Stop(UNTRUSTED, f"result {i} is not prompt {i}: results out of order")
-        for got, ref in zip(result["hidden_states"], want, strict=True):
+        for layer, got, ref in zip(layers, result["hidden_states"], want, strict=True):
             if tuple(got.shape) != tuple(ref.shape):
                 raise Stop(UNTRUSTED, f"prompt {i}: shape {tuple(got.shape)}, want {ref.shape}")
-            worst = max(worst, relative_error(got, ref))
+            error = relative_error(got, ref)
+            if error > worst:
+                per_token = (got.float() - ref.float()).abs().amax(-1) / ref.float().abs().max()
+                off = (per_token > TOLERANCE).nonzero().flatten().tolist()
+                worst, where = (
+                    error,
+                    (
+                        f"prompt {i}, copy layer {layer}: {len(off)} of {len(ids)} tokens differ "
+                        f"(first {off[:5]})"
+                    ),
+                )
+    report.max_relative_error = worst
+    if worst > TOLERANCE:
+        raise Stop(
+            UNTRUSTED,
+            f"states differ from the reference: {worst:.1e} > {TOLERANCE} at {where}.  Whole "
+            "rows shifted or swapped mean a capture error; a few isolated tokens in a model "
+            "with routed experts are usually near-tied router scores on which vLLM and "
+            "transformers pick different experts, which this rehearsal cannot yet tell apart",
+        )
     return worst
 
 
@@ -308,10 +334,9 @@ def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, wo
         return oracle(copy.directory, prompts, layers), report.reference
 
     expected = report.timed("reference", reference)[0]
-    worst = report.timed("compare", lambda: (compare(extracted["results"], prompts, expected), ""))
-    report.max_relative_error = worst[0]
-    if worst[0] > TOLERANCE:
-        raise Stop(UNTRUSTED, f"states differ from the reference: {worst[0]:.1e} > {TOLERANCE}")
+    report.timed(
+        "compare", lambda: (compare(extracted["results"], prompts, expected, layers, report), "")
+    )
 
 
 def render(report: Rehearsal) -> str:
