@@ -127,6 +127,9 @@ def sigint_in_reply_wait(generator):
     """Test-only: a real SIGINT reaches the driver alone (as Jupyter's interrupt sends it)
     while it waits for the workers' reply to the call's `_get_captured_states`, after the
     request went out; returns what undoes it."""
+    # Ctrl-C as a terminal or Jupyter delivers it: a process started in the background
+    # (`&`, as CI runs) inherits SIGINT ignored, and Python then installs no handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     executor = generator.executor
     stock_rpc = executor.collective_rpc
 
