@@ -1,4 +1,4 @@
-"""Sessions: `nox -s ci` (what CI runs, ~20 min on 2 cores), `nox -s exhaustive` (every
+"""Sessions: `nox -s ci` (what CI runs, ~28 min on 2 cores), `nox -s exhaustive` (every
 proof on vLLM 0.32.0), `nox -s vision` (multimodal wrappers), `nox -s "e2e(vllm='0.32.0')"`,
 `nox -s lint`, `nox -s nightly`.
 
