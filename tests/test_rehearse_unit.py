@@ -38,6 +38,20 @@ def test_the_copy_keeps_mla_ranks_and_routing_and_drops_quantisation():
     assert any("quantization_config" in note for note in notes)
 
 
+def test_routed_experts_are_found_whatever_the_family_calls_them():
+    routed = {
+        name: miniature.routes_experts(miniature.shrink(example(name))[0].get_text_config())
+        for name in rehearse.examples()
+    }
+    assert routed == {
+        "llama-3.1-8b": False,
+        "qwen3-8b": False,
+        "qwen3-30b-a3b": True,  # num_experts
+        "deepseek-v3": True,  # n_routed_experts
+        "kimi-k2.5-text": True,
+    }
+
+
 def test_heads_stay_divisible_by_the_tensor_parallel_size():
     config, _ = miniature.shrink(example("llama-3.1-8b"), tensor_parallel_size=4)
     assert config.num_attention_heads % 4 == 0 and config.num_key_value_heads % 4 == 0
@@ -50,7 +64,9 @@ def test_per_layer_lists_follow_the_depth():
 
 
 def test_layer_ids_keep_their_relative_depth_and_the_last_layer():
-    copy = miniature.Miniature(rehearse.EXAMPLES, "X", layers=32, mla=False, prompt_vocab=10)
+    copy = miniature.Miniature(
+        rehearse.EXAMPLES, "X", layers=32, mla=False, routed_experts=False, prompt_vocab=10
+    )
     assert copy.map_layers([2, 16, 29, 31]) == [0, 2, 3, 3]
     assert copy.map_layers([31, 0]) == [3, 0]  # the caller's order
 

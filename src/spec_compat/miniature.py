@@ -33,6 +33,7 @@ class Miniature:
     architecture: str
     layers: int  # the real model's decoder layers
     mla: bool  # multi-head latent attention (DeepSeek-style)
+    routed_experts: bool  # a router picks experts per token
     prompt_vocab: int  # prompts draw token ids below this
     notes: list[str] = field(default_factory=list)
 
@@ -43,6 +44,15 @@ class Miniature:
             return None
         last = min(self.layers, LAYERS) - 1
         return [round(k * last / max(self.layers - 1, 1)) for k in layer_ids]
+
+
+def routes_experts(text_config: Any) -> bool:
+    """More than one expert to choose from (`num_experts`, `num_local_experts`,
+    `n_routed_experts`, ... however the family names the count)."""
+    return any(
+        "expert" in key and "size" not in key and type(value) is int and value > 1
+        for key, value in text_config.to_dict().items()
+    )
 
 
 def build_tokenizer(directory: Path) -> None:
@@ -160,6 +170,7 @@ def build(source: Path, directory: Path, tensor_parallel_size: int = 1, seed: in
         architecture=architecture,
         layers=depth,
         mla=bool(getattr(config.get_text_config(), "kv_lora_rank", None)),
+        routed_experts=routes_experts(config.get_text_config()),
         prompt_vocab=min(vocab, TOKENIZER_VOCAB),
         notes=notes,
     )

@@ -1,16 +1,21 @@
 """What a rehearsal compares: the stock extractor's states and an independent reference.
 
-    python -m spec_compat.reference extract|native SPEC.json
+    python -m spec_compat.reference extract|native SPEC.json [PREFLIGHT.json]
 
 Each runs in its own process, as a user's script does.  `extract` runs speculators' stock
 `VllmHiddenStatesGenerator` under `spec_compat.apply()`; `native` asks vLLM's own EAGLE-3
 aux hidden states for the same layers (vLLM's id k is the state entering layer k, so
-speculators' id + 1; one past the last layer is the state before the final norm), each
-prompt alone.  Both run in float32, so that a comparison can be sharp: the stock code
-passes dtype="auto", which is forced to float32 in this process only.  The patch
-selection is the environment's (SPEC_COMPAT_ONLY / SPEC_COMPAT_EXCLUDE, as `spec-compat run`).
+speculators' id + 1; one past the last layer is the state before the final norm: where a
+release records aux states only before each layer, it is taken from the last layer's
+output, `hidden_states + residual`), each prompt alone.  Both run in float32, so that a
+comparison can be sharp: the stock code passes dtype="auto", which is forced to float32 in
+this process only.  The patch selection is the environment's (SPEC_COMPAT_ONLY /
+SPEC_COMPAT_EXCLUDE, as `spec-compat run`).
 SPEC: {"model", "prompts", "layers", "max_model_len", "tensor_parallel_size",
 "calls": [[prompt indices]...], "attention_backend": str|null, "out"}.
+With PREFLIGHT (`{"architectures"}`) the child first writes beside SPEC what only the
+installed vLLM can say (`*.route.json`: the capture's route, the platform), then waits for
+SPEC to appear: a rehearsal imports vLLM once, in the process that runs the engine.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,15 +88,19 @@ def relative_error(got: Any, want: Any) -> float:
     return float((got.float() - want.float()).abs().max() / want.float().abs().max())
 
 
-def _extract(spec: dict[str, Any]) -> Any:
+def _apply_selection() -> None:
+    """`spec_compat.apply()` with the selection the real run will use (`spec-compat run`
+    reads the same variables)."""
     import spec_compat
 
     from .launcher import ENV_EXCLUDE, ENV_ONLY, names
 
-    # the selection the real run will use (`spec-compat run` reads the same variables)
     spec_compat.apply(
         only=names(os.environ.get(ENV_ONLY)), exclude=names(os.environ.get(ENV_EXCLUDE))
     )
+
+
+def _extract(spec: dict[str, Any]) -> Any:
     from speculators.data_generation import vllm_hidden_states_generator as gen
 
     stock_model_config, stock_vllm_config = gen.ModelConfig, gen.VllmConfig
@@ -138,6 +148,7 @@ def _native(spec: dict[str, Any]) -> Any:
         **spec.get("model_options", {}),
     )
     native_ids = tuple(k + 1 for k in spec["layers"])
+    ascending = sorted(set(native_ids))  # aux states come in ascending id order
 
     def install(model):
         """Aux states as vLLM's EAGLE-3 path asks for them: on the decoder where it holds
@@ -152,12 +163,20 @@ def _native(spec: dict[str, Any]) -> Any:
             target = model
         forward = target.forward
         model._reference_steps = []
+        past_last = decoder is not None and len(decoder.layers) == ascending[-1]
+        if past_last:  # independent of the capture's own fallback (the final norm's input)
+            decoder.layers[-1].register_forward_hook(
+                lambda _m, _i, out: setattr(model, "_reference_last", _entering_norm(out))
+            )
 
         def forward_keeping_aux(*args, **kwargs):
             output = forward(*args, **kwargs)
             if not isinstance(output, tuple):
                 raise RuntimeError(f"{type(target).__name__} has no native aux hidden states")
             hidden, aux = output
+            aux = list(aux)
+            if past_last and len(aux) == len(ascending) - 1:  # recorded before layers only
+                aux.append(model._reference_last)
             model._reference_steps.append([a.clone() for a in aux])
             return hidden
 
@@ -169,7 +188,6 @@ def _native(spec: dict[str, Any]) -> Any:
 
     llm.apply_model(install)
     results = []
-    ascending = sorted(set(native_ids))  # aux states come in ascending id order
     for ids in spec["prompts"]:
         llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1), use_tqdm=False)
         first_step = llm.apply_model(take)[0][0]  # the prefill; the decode step never runs
@@ -179,12 +197,67 @@ def _native(spec: dict[str, Any]) -> Any:
     return results
 
 
+def _entering_norm(layer_output: Any) -> Any:
+    """The state a decoder layer hands on: `hidden_states + residual` (vLLM's layers return
+    both and add them in the next fused add-norm), or the bare tensor."""
+    if isinstance(layer_output, tuple) and len(layer_output) == 2:
+        hidden, residual = layer_output
+        return hidden.clone() if residual is None else hidden + residual
+    if isinstance(layer_output, tuple):
+        raise RuntimeError(f"a decoder layer returned {len(layer_output)} values")
+    return layer_output.clone()
+
+
+def preflight(architectures: list[str]) -> dict[str, Any]:
+    """What only the installed vLLM can say before a model is built: the capture's route
+    for the architecture and whether this is a CPU build without MLA attention."""
+    import importlib.util
+    from dataclasses import asdict
+
+    from vllm.platforms import current_platform
+
+    from .capture import route
+
+    cpu = current_platform.is_cpu()
+    mla = importlib.util.find_spec("vllm.v1.attention.backends.mla.cpu_mla") is not None
+    return {"route": asdict(route(architectures)), "cpu": cpu, "cpu_mla_backend": mla}
+
+
+def _await(spec_file: Path) -> dict[str, Any]:
+    """SPEC once the parent has written it; gone with the parent."""
+    parent = os.getppid()
+    while not spec_file.exists():
+        if os.getppid() != parent:
+            sys.exit("spec_compat.reference: the rehearsal stopped")
+        time.sleep(0.05)
+    return json.loads(spec_file.read_text())
+
+
+def write_atomically(path: Path, data: Any) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)
+
+
 def main(argv: list[str]) -> None:
+    mode, spec_file, *preflight_file = argv
+    spec_file = Path(spec_file)
+    run = {"extract": _extract, "native": _native}[mode]
+    if mode == "extract":
+        _apply_selection()
+    if preflight_file:
+        asked = json.loads(Path(preflight_file[0]).read_text())
+        write_atomically(route_file(spec_file), preflight(asked["architectures"]))
+    if mode == "extract":  # the rest of the import, while the parent builds the copy
+        from speculators.data_generation import vllm_hidden_states_generator  # noqa: F401
+    spec = _await(spec_file)
     import torch
 
-    mode, spec_file = argv
-    spec = json.loads(Path(spec_file).read_text())
-    torch.save({"extract": _extract, "native": _native}[mode](spec), spec["out"])
+    torch.save(run(spec), spec["out"])
+
+
+def route_file(spec_file: Path) -> Path:
+    return spec_file.with_suffix(".route.json")
 
 
 if __name__ == "__main__":

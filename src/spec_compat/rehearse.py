@@ -71,14 +71,14 @@ class Rehearsal:
     seconds: float = 0.0
 
     def timed(self, name: str, work, *args, **kwargs):
+        """`work`'s result; it returns `(result, what to say of the step)`."""
         started = time.perf_counter()
         try:
-            result = work(*args, **kwargs)
+            result, detail = work(*args, **kwargs)
         except Stop as stop:
             self.steps.append(Step(name, time.perf_counter() - started, str(stop), ok=False))
             raise
-        detail = result[1] if isinstance(result, tuple) and len(result) == 2 else ""
-        self.steps.append(Step(name, time.perf_counter() - started, str(detail)))
+        self.steps.append(Step(name, time.perf_counter() - started, detail))
         return result
 
 
@@ -114,12 +114,11 @@ def _versions(report: Rehearsal) -> None:
         report.speculators = "unknown"
 
 
-def _route(config: dict[str, Any], layer_ids: list[int] | None) -> tuple[Any, str]:
-    from .capture import UnsupportedModel, check_layer_ids, route, text_layers
+def _route(config: dict[str, Any], layer_ids: list[int] | None, extractor: Child) -> Any:
+    """Layer ids against the real depth at once, then the capture's route for the
+    architecture as the extractor's process (which imports vLLM anyway) found it."""
+    from .capture import UnsupportedModel, check_layer_ids, text_layers
 
-    routed = route(config.get("architectures") or [])
-    if not routed.served:
-        raise Stop(UNTRUSTED, f"{routed.architecture}: {routed.reason}")
     depth = text_layers(config)
     try:
         check_layer_ids(layer_ids, depth)
@@ -128,17 +127,10 @@ def _route(config: dict[str, Any], layer_ids: list[int] | None) -> tuple[Any, st
     outside = [k for k in layer_ids or () if depth and not 0 <= k < depth]
     if outside:  # the copy's mapping would hide it; the stock generator refuses it
         raise Stop(UNTRUSTED, f"layer_ids {layer_ids}: {outside} outside 0..{depth - 1}")
-    return routed, routed.reason
-
-
-def _cpu_without_mla_backend() -> bool:
-    import importlib.util
-
-    from vllm.platforms import current_platform
-
-    return current_platform.is_cpu() and not importlib.util.find_spec(
-        "vllm.v1.attention.backends.mla.cpu_mla"
-    )
+    facts = extractor.preflight()
+    if not facts["route"]["served"]:
+        raise Stop(UNTRUSTED, f"{facts['route']['architecture']}: {facts['route']['reason']}")
+    return facts, facts["route"]["reason"]
 
 
 def _build(source: Path, directory: Path, tensor_parallel_size: int) -> tuple[Any, str]:
@@ -151,7 +143,7 @@ def _build(source: Path, directory: Path, tensor_parallel_size: int) -> tuple[An
     except Exception as exc:
         what = f"{type(exc).__name__}: {exc}"
         raise Stop(ENVIRONMENT, f"no random copy could be built: {what}") from None
-    return copy, f"{directory}"
+    return copy, str(directory)
 
 
 def prompts_for(vocab: int, max_model_len: int, seed: int = 0) -> list[list[int]]:
@@ -170,42 +162,70 @@ def child_env() -> dict[str, str]:
 
 @dataclass
 class Child:
+    """`reference.py` in a fresh process, its output in a log file."""
+
     mode: str
     proc: subprocess.Popen
     log: Path
-    out: Path
+    spec_file: Path
 
+    @classmethod
+    def start(cls, mode: str, workdir: Path, architectures: list[str] | None = None) -> Child:
+        """Started before its spec exists: it imports vLLM (and, given `architectures`,
+        answers `preflight()`) while the rehearsal goes on; `run()` hands it the spec."""
+        spec_file, log = workdir / f"{mode}.json", workdir / f"{mode}.log"
+        command = [sys.executable, "-m", "spec_compat.reference", mode, str(spec_file)]
+        if architectures is not None:
+            asked = workdir / f"{mode}.preflight.json"
+            asked.write_text(json.dumps({"architectures": architectures}))
+            command.append(str(asked))
+        with log.open("w") as sink:
+            proc = subprocess.Popen(
+                command, env=child_env(), stdin=subprocess.DEVNULL, stdout=sink, stderr=sink
+            )
+        return cls(mode, proc, log, spec_file)
 
-def start_child(mode: str, spec: dict[str, Any], workdir: Path) -> Child:
-    """`reference.py` in a fresh process, its output in a log file."""
-    out, log = workdir / f"{mode}.pt", workdir / f"{mode}.log"
-    spec_file = workdir / f"{mode}.json"
-    spec_file.write_text(json.dumps(spec | {"out": str(out)}))
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spec_compat.reference", mode, str(spec_file)],
-            env=child_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    return Child(mode, proc, log, out)
+    def preflight(self) -> dict[str, Any]:
+        from .reference import route_file
 
+        answer = route_file(self.spec_file)
+        while not answer.exists():
+            if self.proc.poll() is not None:
+                raise Stop(ENVIRONMENT, f"vLLM could not be started here: {self.last_error()}")
+            time.sleep(0.05)
+        return json.loads(answer.read_text())
 
-def finish_child(child: Child, report: Rehearsal) -> Any:
-    """The child's result; a failure stops the rehearsal with its error."""
-    import torch
+    def run(self, spec: dict[str, Any]) -> None:
+        from .reference import write_atomically
 
-    from . import REGISTRY
+        write_atomically(self.spec_file, spec | {"out": str(self.out)})
 
-    if child.proc.wait() == 0:
-        return torch.load(child.out, weights_only=False)
-    lines = [line for line in child.log.read_text().splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "error" in line.split(":")[0]]
-    tail = "\n".join(lines[-60:])
-    report.patches_involved = [name for name in REGISTRY.patches if name in tail]
-    what = "the stock extractor" if child.mode == "extract" else "vLLM's own aux hidden states"
-    raise Stop(UNTRUSTED, f"{what} failed: {(errors or lines or ['no output'])[-1].strip()}")
+    @property
+    def out(self) -> Path:
+        return self.spec_file.with_suffix(".pt")
+
+    def last_error(self) -> str:
+        lines = [line for line in self.log.read_text().splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line or "error" in line.split(":")[0]]
+        return (errors or lines or ["no output"])[-1].strip()
+
+    def finish(self, report: Rehearsal) -> Any:
+        """The child's result; a failure stops the rehearsal with its error."""
+        import torch
+
+        from . import REGISTRY
+
+        if self.proc.wait() == 0:
+            return torch.load(self.out, weights_only=False)
+        tail = "\n".join(self.log.read_text().splitlines()[-60:])
+        report.patches_involved = [name for name in REGISTRY.patches if name in tail]
+        what = "the stock extractor" if self.mode == "extract" else "vLLM's own aux hidden states"
+        raise Stop(UNTRUSTED, f"{what} failed: {self.last_error()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def compare(
@@ -245,7 +265,8 @@ def compare(
             f"states differ from the reference: {worst:.1e} > {TOLERANCE} at {where}.  Whole "
             "rows shifted or swapped mean a capture error; a few isolated tokens in a model "
             "with routed experts are usually near-tied router scores on which vLLM and "
-            "transformers pick different experts, which this rehearsal cannot yet tell apart",
+            "transformers pick different experts (such models are compared with vLLM's own "
+            "states instead)",
         )
     return worst
 
@@ -273,21 +294,31 @@ def rehearse(
 
 
 def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, workdir) -> None:
-    source = report.timed("read config", lambda: (source_of(target), ""))[0]
+    source = report.timed("read config", lambda: (source_of(target), ""))
     config = json.loads((source / "config.json").read_text())
     report.architecture = (config.get("architectures") or ["?"])[0]
     _versions(report)
-    report.timed("route", _route, config, layer_ids)
-    copy = report.timed("build copy", _build, source, workdir / "model", tensor_parallel_size)[0]
-    report.copy = copy.notes
-    on_cpu_mla = copy.mla and _cpu_without_mla_backend()
-    if on_cpu_mla:
-        raise Stop(ENVIRONMENT, "this vLLM's CPU build has no MLA attention backend (0.28+)")
-    backend = None
-    if copy.mla:
-        from vllm.platforms import current_platform
+    # vLLM is imported once, by the extractor's own process, started now
+    extractor = Child.start("extract", workdir, config.get("architectures") or [])
+    children = [extractor]
+    try:
+        _rehearse_with(report, config, source, layer_ids, tensor_parallel_size, max_model_len,
+                       workdir, children)  # fmt: skip
+    finally:
+        for child in children:
+            child.stop()
 
-        backend = "CPU_MLA" if current_platform.is_cpu() else None  # AMX MLA: bf16 only
+
+def _rehearse_with(
+    report, config, source, layer_ids, tensor_parallel_size, max_model_len, workdir, children
+) -> None:
+    extractor = children[0]
+    facts = report.timed("route", _route, config, layer_ids, extractor)
+    copy = report.timed("build copy", _build, source, workdir / "model", tensor_parallel_size)
+    report.copy = copy.notes
+    if copy.mla and facts["cpu"] and not facts["cpu_mla_backend"]:
+        raise Stop(ENVIRONMENT, "this vLLM's CPU build has no MLA attention backend (0.28+)")
+    backend = "CPU_MLA" if copy.mla and facts["cpu"] else None  # AMX MLA: bf16 only
     prompts = prompts_for(copy.prompt_vocab, max_model_len)
     # vLLM's CPU MLA prefill depends on the batch (docs/models.md); the reference runs alone
     calls = [[i] for i in range(len(prompts))] if backend else [list(range(len(prompts)))]
@@ -301,24 +332,27 @@ def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, wo
         "attention_backend": backend,
     }
     tokens = sum(map(len, prompts))
+    extractor.run(spec)
 
-    # vLLM's own states need an engine of their own: started now, it runs beside the
-    # extractor (each is mostly single-threaded start-up)
-    native = start_child("native", spec, workdir) if copy.mla else None
-    report.reference = (
-        "vLLM's own EAGLE-3 aux hidden states (float32)" if copy.mla else "transformers (float32)"
-    )
+    # transformers cannot be the reference where vLLM's kernels may rightly differ from it:
+    # MLA (vLLM's CPU MLA kernels) and routed experts (a near-tied router score picks
+    # another expert for a token); vLLM's own states then, from an engine of its own
+    # started now, beside the extractor
+    native = None
+    if copy.mla or copy.routed_experts:
+        native = Child.start("native", workdir)
+        native.run(spec)
+        children.append(native)
+        why = "MLA" if copy.mla else "routed experts"
+        report.reference = f"vLLM's own EAGLE-3 aux hidden states (float32; {why})"
+    else:
+        report.reference = "transformers (float32)"
 
     def extract():
-        try:
-            out = finish_child(start_child("extract", spec, workdir), report)
-        except Stop:
-            if native is not None:
-                native.proc.kill()
-            raise
-        return out, f"{len(prompts)} prompts, {tokens} tokens, {len(calls)} generate() call(s)"
+        detail = f"{len(prompts)} prompts, {tokens} tokens, {len(calls)} generate() call(s)"
+        return extractor.finish(report), detail
 
-    extracted = report.timed("extract", extract)[0]
+    extracted = report.timed("extract", extract)
     layers = extracted["layers"]
     report.layer_ids = {
         "asked": layer_ids or stock_selection(copy.layers),
@@ -328,12 +362,12 @@ def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, wo
 
     def reference():
         if native is not None:
-            return finish_child(native, report), f"{report.reference}, beside the extractor"
+            return native.finish(report), "beside the extractor"
         from .reference import oracle
 
-        return oracle(copy.directory, prompts, layers), report.reference
+        return oracle(copy.directory, prompts, layers), ""
 
-    expected = report.timed("reference", reference)[0]
+    expected = report.timed("reference", reference)
     report.timed(
         "compare", lambda: (compare(extracted["results"], prompts, expected, layers, report), "")
     )
