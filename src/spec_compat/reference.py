@@ -188,8 +188,10 @@ def _native(spec: dict[str, Any]) -> Any:
 
     llm.apply_model(install)
     results = []
+    # greedy: vLLM's CPU top-k/top-p sampler is compiled by torch on first use (150 s)
+    greedy = SamplingParams(max_tokens=1, temperature=0.0)
     for ids in spec["prompts"]:
-        llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1), use_tqdm=False)
+        llm.generate([{"prompt_token_ids": ids}], greedy, use_tqdm=False)
         first_step = llm.apply_model(take)[0][0]  # the prefill; the decode step never runs
         prefill = [first_step[ascending.index(i)] for i in native_ids]
         assert all(state.shape[0] == len(ids) for state in prefill), "prefill split in steps"
