@@ -12,8 +12,9 @@ With "models": [dir, or [dir, layers]] instead of "model", one generator per mod
 built in turn in this one process (the architecture sweep), each serving every call; a
 model whose generator or call fails is recorded as {"error": ...} and the next one runs.
 
-With catch_errors, a generate() call that raises is recorded as {"error": "Type: message"}
-and the next call runs on the same generator.
+With catch_errors, a generate() call that raises is recorded as {"error": "Type: message",
+"shm_free_mb": /dev/shm's free MiB once it raised} and the next call runs on the same
+generator.
 
 Test-only override: the stock code passes dtype="auto", which vLLM's CPU platform runs in
 bf16; the oracle needs float32, so ModelConfig is forced to float32 *here*, never in
@@ -64,7 +65,7 @@ def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
         except (Exception, KeyboardInterrupt) as exc:  # bad input, or the interrupted call:
             if not spec.get("catch_errors"):  # record the error, go on with the next
                 raise
-            outputs.append({"error": f"{type(exc).__name__}: {exc}"})
+            outputs.append({"error": f"{type(exc).__name__}: {exc}", "shm_free_mb": shm_free_mb()})
             continue
         finally:
             if restore is not None:
@@ -99,6 +100,11 @@ def interrupt_second_step(generator):
 
     executor.execute_model = execute_model
     return lambda: vars(executor).pop("execute_model", None)
+
+
+def shm_free_mb() -> float:
+    free = os.statvfs("/dev/shm")
+    return free.f_bavail * free.f_frsize / 2**20
 
 
 def fill_shm(leave_mb: int) -> None:

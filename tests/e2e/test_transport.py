@@ -198,8 +198,10 @@ def test_a_full_dev_shm_raises_memory_error_and_the_next_call_is_exact(
 ):
     """/dev/shm filled to 12 MiB free before a call whose states need ~48 MiB (vLLM's own
     queues need 240 MiB of the 300): 0.4.x's call raises ShmFull, a MemoryError with the
-    sizes and the fix (vLLM's RuntimeError before); 0.3.0's arena falls back to the stock
-    RPC and serves it exactly.  Either way the same generator's next call is exact."""
+    sizes and the fix (vLLM's RuntimeError before), and by the time it reaches the caller
+    the 12 MiB the call took are free again (held until the next call before); 0.3.0's
+    arena falls back to the stock RPC and serves it exactly.  Either way the same
+    generator's next call is exact."""
     big, small = battery.long_prompts(), battery.short_prompts()[:3]
     run = run_stock(
         speculators_dir,
@@ -219,4 +221,5 @@ def test_a_full_dev_shm_raises_memory_error_and_the_next_call_is_exact(
         error = full["error"]
         assert error.startswith("ShmFull: spec_compat: /dev/shm is full: "), error
         assert "MiB are free" in error and "--shm-size" in error
+        assert full["shm_free_mb"] >= 11, f"the failed call still holds /dev/shm: {full}"
     assert compare(after, small, llama_oracle(small)) <= TOLERANCE

@@ -9,15 +9,17 @@ Why: the stock ``generate`` adds every prompt to its scheduler and aborts them o
     long data run that catches errors must rebuild the engine.
 How: ``generate`` is wrapped; when the call raises anything, every request the scheduler
     still holds is finished as aborted (its blocks freed; the workers drop it at the next
-    step) before the exception goes on unchanged.  The workers' capture state is reset by
-    the next call's own ``_reset_capture`` (and the shared-memory transport drops what a
-    failed call left there).
+    step) and the workers' capture state is reset through the stock ``_reset_capture``
+    (which also frees the failed call's shared memory at once) before the exception goes
+    on unchanged.  Workers that died are left alone (``executor_rpc_in_step`` says the
+    engine must be rebuilt).
 Upstream change: none; the stock extractor never cleaned up after a failed call.
 Remove when: the extractor aborts its requests on failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from types import ModuleType
 from typing import Any
@@ -32,6 +34,14 @@ def release_requests(generator: Any, aborted: Any) -> None:
     live = list(getattr(scheduler, "requests", None) or ())
     if live:
         scheduler.finish_requests(live, aborted)
+
+
+def reset_workers(generator: Any) -> None:
+    executor = getattr(generator, "executor", None)
+    if executor is None or getattr(executor, "is_failed", False):
+        return
+    with contextlib.suppress(Exception):  # the call's own error is the one to tell
+        executor.collective_rpc("_reset_capture")
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -55,6 +65,7 @@ def wrap(original: Any) -> Any:
             return original(self, *args, **kwargs)
         except BaseException:
             release_requests(self, aborted)
+            reset_workers(self)
             raise
 
     return generate
