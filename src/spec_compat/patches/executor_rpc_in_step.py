@@ -36,6 +36,10 @@ REBUILD = "build a new VllmHiddenStatesGenerator (this one cannot serve another 
 class WorkerLost(RuntimeError):
     """The workers cannot answer this generator any more."""
 
+    @classmethod
+    def died(cls) -> WorkerLost:
+        return cls(f"spec_compat: a vLLM worker process died; {REBUILD}")
+
 
 def probe(module: ModuleType) -> Verdict:
     executor = getattr(module, "MultiprocExecutor", None)
@@ -56,7 +60,7 @@ def wrap(original: type) -> type:
                     f"their replies no longer match the requests; {REBUILD}"
                 )
             if getattr(self, "is_failed", False):
-                raise WorkerLost(f"spec_compat: a vLLM worker process died; {REBUILD}")
+                raise WorkerLost.died()
             if (
                 threading.current_thread() is not threading.main_thread()
                 or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
@@ -88,7 +92,7 @@ def wrap(original: type) -> type:
                 return super().collective_rpc(*args, **kwargs)
             except Exception as exc:
                 if getattr(self, "is_failed", False):
-                    raise WorkerLost(f"spec_compat: a vLLM worker process died; {REBUILD}") from exc
+                    raise WorkerLost.died() from exc
                 raise
 
     return named_adapter(MultiprocExecutor, original, PATCH.name)
