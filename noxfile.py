@@ -1,6 +1,6 @@
 """Sessions: `nox -s ci` (what CI runs, ~28 min on 2 cores), `nox -s exhaustive` (every
 proof on vLLM 0.32.0), `nox -s vision` (multimodal wrappers), `nox -s "e2e(vllm='0.32.0')"`,
-`nox -s lint`, `nox -s nightly`.
+`nox -s faults` (the fault suite of issue 20, in full), `nox -s lint`, `nox -s nightly`.
 
 Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
 with hard links); both speculators lines live beside it and are chosen per test run.
@@ -87,6 +87,14 @@ def _ruff(session: nox.Session, python: str) -> None:
         session.run(
             python, "-m", "ruff", "check", "src", "tests", "tools", "noxfile.py", external=True
         )
+
+
+@nox.session
+def faults(session: nox.Session) -> None:
+    """The fault suite alone, in full, on EXHAUSTIVE_RELEASE (its core runs in CI): each
+    case asserts the error a user sees, that nothing is left behind (segments, processes)
+    and that the same generator's next call is exact."""
+    _pytest(session, _environment(session, EXHAUSTIVE_RELEASE), "-m", "fault")
 
 
 @nox.session

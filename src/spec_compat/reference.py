@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -100,17 +101,39 @@ def _apply_selection() -> None:
     )
 
 
+def float32_engine(
+    generator_module: ModuleType,
+    model_options: dict[str, Any] | None = None,
+    attention_backend: str | None = None,
+) -> None:
+    """The stock generator's engine in float32, in this process only: the stock code passes
+    dtype="auto", which vLLM runs in bf16 even for a float32 checkpoint, and a sharp
+    comparison needs float32.  `model_options` go to its ModelConfig too; an attention
+    backend is pinned where given (vLLM's AMX MLA, picked on CPUs with AMX, is bf16 only).
+    The engine's settings are decided in the driver, so workers follow."""
+    stock_model_config = generator_module.ModelConfig
+    stock_vllm_config = generator_module.VllmConfig
+    forced = {"dtype": "float32"} | (model_options or {})
+
+    def model_config(*args: Any, **kwargs: Any) -> Any:
+        return stock_model_config(*args, **(kwargs | forced))
+
+    generator_module.ModelConfig = model_config
+    if attention_backend:
+        from vllm.config import AttentionConfig
+
+        pinned = {"attention_config": AttentionConfig(backend=attention_backend)}
+
+        def vllm_config(*args: Any, **kwargs: Any) -> Any:
+            return stock_vllm_config(*args, **(kwargs | pinned))
+
+        generator_module.VllmConfig = vllm_config
+
+
 def _extract(spec: dict[str, Any]) -> Any:
     from speculators.data_generation import vllm_hidden_states_generator as gen
 
-    stock_model_config, stock_vllm_config = gen.ModelConfig, gen.VllmConfig
-    gen.ModelConfig = lambda *a, **kw: stock_model_config(*a, **(kw | {"dtype": "float32"}))
-    if backend := spec.get("attention_backend"):
-        from vllm.config import AttentionConfig
-
-        gen.VllmConfig = lambda *a, **kw: stock_vllm_config(
-            *a, **(kw | {"attention_config": AttentionConfig(backend=backend)})
-        )
+    float32_engine(gen, attention_backend=spec.get("attention_backend"))
     generator = gen.VllmHiddenStatesGenerator(
         spec["model"],
         layer_ids=spec["layers"],

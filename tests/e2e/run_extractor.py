@@ -17,9 +17,10 @@ With catch_errors, a generate() call that raises is recorded as {"error": "Type:
 generator.
 
 Test-only override: the stock code passes dtype="auto", which vLLM's CPU platform runs in
-bf16; the oracle needs float32, so ModelConfig is forced to float32 *here*, never in
-spec_compat.  Writes {"results": per call, "worker": worker report, "status": [...],
-"seconds": {...}} with torch.save.
+bf16; the oracle needs float32, so the engine is forced to float32 in this process
+(`spec_compat.reference.float32_engine`, which rehearsals use too), never by `apply()`.
+Writes {"results": per call, "worker": worker report, "status": [...], "seconds": {...}}
+with torch.save.
 """
 
 from __future__ import annotations
@@ -170,27 +171,11 @@ def main() -> None:
     import torch
     from speculators.data_generation import vllm_hidden_states_generator as gen
 
-    stock_model_config = gen.ModelConfig
+    from spec_compat.reference import float32_engine
 
-    def float32_model_config(*args, **kwargs):
-        kwargs["dtype"] = "float32"
-        kwargs |= spec.get("model_options", {})  # e.g. language_model_only for VL wrappers
-        return stock_model_config(*args, **kwargs)
-
-    gen.ModelConfig = float32_model_config
-
-    if backend := spec.get("attention_backend"):
-        # Test-only as well: AMX MLA (picked when the CPU has AMX) runs bf16 only, so MLA
-        # models are pinned to vLLM's float32-capable reference CPU_MLA backend.
-        from vllm.config import AttentionConfig
-
-        stock_vllm_config = gen.VllmConfig
-
-        def pinned_backend_vllm_config(*args, **kwargs):
-            kwargs["attention_config"] = AttentionConfig(backend=backend)
-            return stock_vllm_config(*args, **kwargs)
-
-        gen.VllmConfig = pinned_backend_vllm_config
+    # test-only, in this process: float32 for the oracle; AMX MLA (picked when the CPU has
+    # AMX) runs bf16 only, so MLA models are pinned to vLLM's float32-capable CPU_MLA
+    float32_engine(gen, spec.get("model_options"), spec.get("attention_backend"))
 
     if "models" in spec:
         sweep = {}

@@ -112,6 +112,7 @@ def test_the_script_in_its_own_dtype_agrees_within_bf16_noise(
     assert worst > TOLERANCE  # it did run in bf16: else this test proves nothing new
 
 
+@pytest.mark.fault
 def test_tensor_parallel_size_zero_is_refused_before_loading(
     line, speculators_dir, tiny_llama, tmp_path
 ):
@@ -147,6 +148,7 @@ def test_without_the_start_up_hook_the_script_fails(line, speculators_dir, tiny_
     assert not list((tmp_path / "out").glob("data_*.pt"))
 
 
+@pytest.mark.fault
 @pytest.mark.exhaustive
 def test_a_generator_alive_at_exit_leaves_no_traceback(line, speculators_dir, tiny_llama):
     """The stock __del__ logs into torn-down modules at interpreter exit; with the patch the

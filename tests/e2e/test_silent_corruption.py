@@ -142,6 +142,7 @@ def test_batch_sizes_shared_prefixes_and_length_limits(patched_battery, llama_or
     )
 
 
+@pytest.mark.fault
 def test_a_call_interrupted_midway_leaves_the_generator_serving(patched_battery, llama_oracle):
     """Ctrl-C in a call's second step, caught by the caller: the next call, which needs
     several steps again, is exact (the stock generator failed it: 'not found in captured
@@ -172,6 +173,7 @@ def interrupted_then_again(speculators_dir, model, excluded: str, interruption: 
     return after
 
 
+@pytest.mark.fault
 @pytest.mark.exhaustive
 def test_without_generate_recovery_the_call_after_an_interrupted_one_fails(
     line, speculators_dir, tiny_llama, llama_oracle
@@ -188,6 +190,7 @@ def test_without_generate_recovery_the_call_after_an_interrupted_one_fails(
         assert isinstance(after, dict), "the stock generator served the call after an interrupt"
 
 
+@pytest.mark.fault
 def test_a_ctrl_c_in_a_reply_wait_keeps_the_generator_in_step(patched_battery, llama_oracle):
     """SIGINT while the driver waits for the workers' captured states: the reply is taken
     in, then the call raises KeyboardInterrupt; the next call is exact."""
@@ -198,6 +201,7 @@ def test_a_ctrl_c_in_a_reply_wait_keeps_the_generator_in_step(patched_battery, l
     assert compare(results, prompts, llama_oracle(prompts)) <= TOLERANCE
 
 
+@pytest.mark.fault
 def test_a_dead_worker_says_the_generator_must_be_rebuilt(patched_battery):
     """A worker SIGKILLed between calls: this call and every later one raise WorkerLost at
     once, saying what to do (vLLM's own message was "Executor failed.")."""
@@ -207,6 +211,7 @@ def test_a_dead_worker_says_the_generator_must_be_rebuilt(patched_battery):
         assert "build a new VllmHiddenStatesGenerator" in error
 
 
+@pytest.mark.fault
 @pytest.mark.exhaustive
 def test_without_executor_rpc_in_step_a_reply_wait_interrupt_breaks_the_next_call(
     line, speculators_dir, tiny_llama, llama_oracle
@@ -225,6 +230,7 @@ def test_without_executor_rpc_in_step_a_reply_wait_interrupt_breaks_the_next_cal
         assert worst > TOLERANCE
 
 
+@pytest.mark.fault
 def test_bad_input_is_refused_clearly_and_loses_nothing(patched_battery, llama_oracle):
     """No prompts, an empty prompt, an out-of-vocabulary id, ids that are not integers, a flat
     list, a string: a clear error naming the prompt and the expected shape, raised before any
@@ -242,6 +248,7 @@ def test_bad_input_is_refused_clearly_and_loses_nothing(patched_battery, llama_o
     )
 
 
+@pytest.mark.fault
 @pytest.mark.exhaustive
 def test_layer_out_of_range_is_refused_before_the_engine_starts(speculators_dir, tiny_llama):
     run = run_stock(speculators_dir, tiny_llama, [[7, 8, 9]], [0, 4])

@@ -95,6 +95,7 @@ def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
     assert not leaked(before)
 
 
+@pytest.mark.fault
 @pytest.mark.exhaustive
 def test_no_segment_leaks_after_a_failed_call(speculators_dir, tiny_llama, short_prompts):
     before = segments()
@@ -105,8 +106,17 @@ def test_no_segment_leaks_after_a_failed_call(speculators_dir, tiny_llama, short
     assert not leaked(before)
 
 
+@pytest.mark.fault
 @pytest.mark.exhaustive
-def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompts, tmp_path):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_stopped_driver_leaves_no_segment_and_no_process(
+    speculators_dir, tiny_llama, short_prompts, tmp_path, stop
+):
+    """The driver stopped while it holds a call's results: Ctrl-C, `kill` (SIGTERM, which
+    Python obeys without running any clean-up) and the OOM killer (SIGKILL).  Every worker
+    and helper process it started goes, and every segment with them."""
+    import psutil
+
     before = segments()
     marker = tmp_path / "paused"
     spec = {
@@ -140,14 +150,44 @@ def test_no_segment_leaks_after_ctrl_c(speculators_dir, tiny_llama, short_prompt
         assert any(parent(owner(s)) == proc.pid for s in segments() - before), (
             "no segment of this extractor's worker while it is alive"
         )
-        proc.send_signal(signal.SIGINT)
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert started, "no worker process"
+        proc.send_signal(getattr(signal, stop))
         try:
             proc.wait(timeout=90)
         except subprocess.TimeoutExpired:
-            pytest.fail("still running 90 s after Ctrl-C:\n" + log.read_text()[-3000:])
+            pytest.fail(f"still running 90 s after {stop}:\n" + log.read_text()[-3000:])
     finally:
         if proc.poll() is None:
             proc.kill()
+    _, alive = psutil.wait_procs(started, timeout=60)
+    assert not alive, f"left running after {stop}: {[p.cmdline()[:3] for p in alive]}"
+    assert not leaked(before)
+
+
+@pytest.mark.fault
+@pytest.mark.exhaustive
+def test_two_extractors_at_once_are_each_exact_and_leave_nothing(
+    speculators_dir, tiny_llama, llama_oracle
+):
+    """Two data jobs on one machine: each extractor's segments are its own (named by its
+    worker's pid), so neither reads the other's states, and both clean up."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = segments()
+    prompts = battery.short_prompts()
+    halves = [prompts[::2], prompts[1::2]]
+
+    def extract(part):  # three calls each, so that the two overlap while they compute
+        return run_stock(
+            speculators_dir, tiny_llama, part, LAYERS, calls=[list(range(len(part)))] * 3
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(extract, halves))
+    for run, part in zip(runs, halves, strict=True):
+        for result in run.results:
+            assert compare(result, part, llama_oracle(part)) <= TOLERANCE
     assert not leaked(before)
 
 
@@ -193,6 +233,7 @@ def private_shm(size_mb: int) -> list[str]:
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"), reason="a private /dev/shm needs root"
 )
+@pytest.mark.fault
 def test_a_full_dev_shm_raises_memory_error_and_the_next_call_is_exact(
     line, speculators_dir, tiny_llama, llama_oracle
 ):
