@@ -26,6 +26,13 @@ CHECKS = ["generate_checks"]  # B-shm-nochecks: what the NaN/zero/row checks cos
 ROLE_ENV = {
     "B-shm-t8": {"SPEC_COMPAT_COPY_THREADS": "8"},
     "B-shm-t2": {"SPEC_COMPAT_COPY_THREADS": "2"},
+    # N: only so that LLM.collective_rpc can carry the peak-memory probe (a callable)
+    "N": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
+    "N-shm": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
+    "N-graph": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
+    "N-mat": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
+    "N-shm-mat": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
+    "N-graph-mat": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
 }
 
 
@@ -75,6 +82,196 @@ def transport_layout(worker=None):  # runs in the worker through collective_rpc
         "layout": getattr(worker, "_spec_compat_layout", None),
         "segments_reused": getattr(pool, "reused", 0),
         "segments_held": len(getattr(pool, "handed", ())) + len(getattr(pool, "spare", ())),
+    }
+
+
+#: role -> (shared_storage_path root, engine settings) for vLLM's native extraction
+NATIVE_ROLES = {
+    "N": "/tmp",
+    "N-shm": "/dev/shm",
+    "N-graph": "/tmp",  # vLLM's defaults (compiled, CUDA graphs) instead of the extractor's
+    # *-mat: also copy every loaded tensor into process memory (clone) inside the timing:
+    # safetensors' load_file returns file-backed (mmap) tensors whose pages are read lazily
+    "N-mat": "/tmp",
+    "N-shm-mat": "/dev/shm",
+    "N-graph-mat": "/tmp",
+}
+
+
+def rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return -1
+
+
+def native(role: str, model: str, rounds: int) -> None:
+    """Role N: vLLM 0.24's own `extract_hidden_states` speculative method with the example
+    hidden-states connector (safetensors file per request), timed over generate() plus
+    reading every file back into CPU tensors with `load_hidden_states`.  Same model,
+    prompts and layers as B: native layer id k is the state entering layer k, so
+    speculators' k is native k + 1."""
+    import shutil
+    import tempfile
+
+    import torch
+    from vllm import LLM, SamplingParams
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        cleanup_hidden_states,
+        load_hidden_states,
+    )
+    from vllm.inputs import TokensPrompt
+
+    data = prompts()
+    tokens = sum(map(len, data))
+    storage = tempfile.mkdtemp(prefix="native-states-", dir=NATIVE_ROLES[role])
+    materialize = role.endswith("-mat")
+    settings = (
+        {}
+        if role.startswith("N-graph")
+        else {
+            # the stock extractor's engine settings (as B and A-stock-settings)
+            "enforce_eager": True,
+            "max_num_seqs": 32,
+            "max_num_batched_tokens": 8192,
+            "enable_chunked_prefill": False,  # as benchmarks/throughput.py's CPU role N
+        }
+    )
+    llm = LLM(
+        model=model,
+        max_model_len=2048,
+        enable_prefix_caching=False,
+        **settings,
+        speculative_config={
+            "method": "extract_hidden_states",
+            "num_speculative_tokens": 1,
+            "draft_model_config": {
+                "hf_config": {"eagle_aux_hidden_state_layer_ids": [k + 1 for k in LAYERS]}
+            },
+        },
+        kv_transfer_config={
+            "kv_connector": "ExampleHiddenStatesConnector",
+            "kv_role": "kv_producer",
+            "kv_connector_extra_config": {"shared_storage_path": storage},
+        },
+    )
+    inputs = [TokensPrompt(prompt_token_ids=p) for p in data]
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+
+    def run(batch):
+        started = time.perf_counter()
+        outputs = llm.generate(batch, params, use_tqdm=False)
+        generated = time.perf_counter()
+        paths = [o.kv_transfer_params["hidden_states_path"] for o in outputs]
+        states = [load_hidden_states(path) for path in paths]
+        loaded = time.perf_counter()
+        rss_loaded = rss()
+        if materialize:
+            states = [{k: v.clone() for k, v in d.items()} for d in states]
+        done = time.perf_counter()
+        return (
+            states,
+            paths,
+            {
+                "generate": generated - started,
+                "load_hidden_states": loaded - generated,
+                "materialize_clone": done - loaded,
+                "rss_after_load": rss_loaded,
+                "rss_after_materialize": rss(),
+            },
+        )
+
+    print(json.dumps({"rss_after_engine_start": rss()}), flush=True)
+    states, paths, _ = run(inputs[:8])  # warm-up
+    for path in paths:
+        cleanup_hidden_states(path)
+    times, phases = [], []
+    for n in range(rounds):
+        started = time.perf_counter()
+        states, paths, phase = run(inputs)
+        times.append(time.perf_counter() - started)
+        phases.append(phase)
+        print(json.dumps({"phases": phases[-1]}), flush=True)
+        if n == 0:
+            order_ok = sum(
+                torch.equal(s["token_ids"].to(torch.long), torch.tensor(p, dtype=torch.long))
+                for s, p in zip(states, data, strict=True)
+            )
+            first = states[0]["hidden_states"]
+            print(
+                json.dumps(
+                    {
+                        "token_ids_match_prompts": f"{order_ok}/{len(data)}",
+                        "hidden_states_shape_0": list(first.shape),
+                        "hidden_states_dtype": str(first.dtype),
+                        "file_bytes_total": sum(os.path.getsize(p) for p in paths),
+                    }
+                ),
+                flush=True,
+            )
+            torch.save(
+                [
+                    [s["hidden_states"][:, i].clone() for i in range(len(LAYERS))]
+                    for s in states[:8]
+                ],
+                f"/tmp/native-{role}.pt",
+            )
+        del states
+        for path in paths:
+            cleanup_hidden_states(path)
+    try:
+        gpu_peak = max(llm.collective_rpc(peak_gpu))
+    except Exception as error:
+        gpu_peak = f"unavailable: {error!r}"[:300]
+    shutil.rmtree(storage, ignore_errors=True)
+    host_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(
+        json.dumps(
+            {
+                "role": role,
+                "tokens": tokens,
+                "seconds": times,
+                "tokens_per_s": [tokens / t for t in times],
+                "gpu_peak_bytes": gpu_peak,
+                "driver_peak_rss_bytes": host_peak,
+                "storage_root": NATIVE_ROLES[role],
+            }
+        ),
+        flush=True,
+    )
+
+
+def native_parity(extractor: str, native_file: str) -> dict:
+    """B's states (first prompts) against N's: bitwise, max abs diff, allclose in bf16."""
+    import torch
+
+    ours, theirs = torch.load(extractor), torch.load(native_file)
+    count = min(len(ours), len(theirs))
+    worst_abs, worst_rel, equal, close, shapes = 0.0, 0.0, True, True, []
+    per_layer = [0.0] * len(LAYERS)
+    for a_prompt, b_prompt in zip(ours[:count], theirs[:count], strict=True):
+        for i, (a, b) in enumerate(zip(a_prompt, b_prompt, strict=True)):
+            if a.shape != b.shape:
+                shapes.append([list(a.shape), list(b.shape)])
+                equal = close = False
+                continue
+            a32, b32 = a.float(), b.float()
+            diff = float((a32 - b32).abs().max())
+            worst_abs = max(worst_abs, diff)
+            per_layer[i] = max(per_layer[i], diff)
+            worst_rel = max(worst_rel, diff / max(float(b32.abs().max()), 1e-12))
+            equal = equal and torch.equal(a, b)
+            close = close and torch.allclose(a32, b32, rtol=1.6e-2, atol=1e-2)
+    return {
+        "prompts_compared": count,
+        "bitwise_equal": equal,
+        "allclose_bf16_rtol1.6e-2_atol1e-2": close,
+        "max_abs_diff": worst_abs,
+        "max_abs_diff_per_layer": per_layer,
+        "max_rel_diff_vs_max_abs": worst_rel,
+        "shape_mismatches": shapes[:4],
+        "dtypes": [str(ours[0][0].dtype), str(theirs[0][0].dtype)],
     }
 
 
@@ -179,6 +376,9 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--role" and sys.argv[2] in NATIVE_ROLES:
+        native(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--role":
         measure(
             sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None
@@ -202,19 +402,51 @@ def main() -> None:
         ("B-shm-nochecks", 2, None),
         ("B-shm-t8", 3, None),  # B-shm with 8 host copy threads (4 layers: 4 busy)
         ("B-shm-t2", 3, None),  # B-shm with 2 host copy threads
+        ("N", 3, None),
+        ("N-shm", 3, None),
+        ("N-graph", 3, None),
+        ("N-mat", 3, None),
+        ("N-shm-mat", 3, None),
+        ("N-graph-mat", 3, None),
     ]
     roles = os.environ.get("ROLES")
-    plan = [p for p in plan if not roles or p[0] in roles.split(",")]
+    if roles:  # in the order ROLES names them
+        by_name = {p[0]: p for p in plan}
+        plan = [by_name[r] for r in roles.split(",") if r in by_name]
+    deadline = float(os.environ.get("DEADLINE_S", "1e9"))
+    t0 = time.perf_counter()
     for role, rounds, dump in plan:
+        if time.perf_counter() - t0 > deadline:
+            print(f"{role} SKIPPED: past DEADLINE_S={deadline}", flush=True)
+            summary["runs"].append({"role": role, "skipped": "deadline"})
+            continue
+        role_started = time.perf_counter()
         cmd = [sys.executable, __file__, "--role", role, str(model), str(rounds)]
         cmd += [dump] if dump else []
         env = os.environ | ROLE_ENV.get(role, {})
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=float(os.environ.get("ROLE_TIMEOUT_S", "900")),
+            )
+        except subprocess.TimeoutExpired as expired:
+
+            def text(b):
+                return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+            proc = subprocess.CompletedProcess(
+                cmd, -9, text(expired.stdout), text(expired.stderr) + "\nROLE TIMEOUT"
+            )
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
-            # logs of failed roles only: the device returns at most 8 files, h200.json first
-            (out_dir / f"{role}.stderr.txt").write_text(proc.stderr[-4_000_000:])
-            (out_dir / f"{role}.stdout.txt").write_text(proc.stdout[-4_000_000:])
+            # logs of failed roles, all in one file: the device returns at most 8 files
+            with open(out_dir / "failures.log", "a") as log:
+                log.write(f"===== {role} rc={proc.returncode} stderr tail\n")
+                log.write(proc.stderr[-400_000:])
+                log.write(f"\n===== {role} stdout tail\n{proc.stdout[-100_000:]}\n")
             errors = [ln for ln in proc.stderr.splitlines() if "rror" in ln]
             print(f"{role} FAILED ({proc.returncode}):\n" + "\n".join(errors[-40:]), flush=True)
             summary["runs"].append({"role": role, "failed": proc.stderr[-3000:]})
@@ -228,7 +460,30 @@ def main() -> None:
                 record.setdefault("phases", []).append(item["phases"])
             else:
                 record |= item
+        record["role_wall_s"] = time.perf_counter() - role_started
         summary["runs"].append(record)
+        with open(out_dir / "roles_stderr.log", "a") as log:  # warnings, fallbacks
+            log.write(f"===== {role} stderr tail\n{proc.stderr[-60_000:]}\n")
+            keep = [
+                ln
+                for ln in proc.stdout.splitlines()
+                if any(w in ln for w in ("WARNING", "runner", "Runner", "onnector"))
+            ]
+            log.write(f"===== {role} stdout (warnings, runner, connector)\n")
+            log.write("\n".join(keep[-200:]) + "\n")
+        try:
+            compare(summary)
+        except Exception as error:
+            summary["compare_error"] = repr(error)
+        (out_dir / "h200.json").write_text(json.dumps(summary, indent=2))  # as it goes
+        print(f"{role} done in {record['role_wall_s']:.1f} s", flush=True)
+    compare(summary)
+    print(json.dumps(summary, indent=2), flush=True)
+    (out_dir / "h200.json").write_text(json.dumps(summary, indent=2))
+
+
+def compare(summary: dict) -> None:
+    """Medians, ratios, the transports' bitwise check and B-vs-N parity, from what ran."""
     by_role = {r["role"]: r for r in summary["runs"] if "tokens_per_s" in r}
     medians = {k: statistics.median(v["tokens_per_s"]) for k, v in by_role.items()}
     summary["median_tokens_per_s"] = medians
@@ -243,8 +498,23 @@ def main() -> None:
             for pa, pb in zip(a, b, strict=True)
             for x, y in zip(pa, pb, strict=True)
         )
-    print(json.dumps(summary, indent=2), flush=True)
-    (out_dir / "h200.json").write_text(json.dumps(summary, indent=2))
+    for role in NATIVE_ROLES:
+        if Path(f"/tmp/native-{role}.pt").exists() and Path("/tmp/shm.pt").exists():
+            try:
+                summary[f"parity_B-shm_vs_{role}_first_8_prompts"] = native_parity(
+                    "/tmp/shm.pt", f"/tmp/native-{role}.pt"
+                )
+            except Exception as error:
+                summary[f"parity_B-shm_vs_{role}_first_8_prompts"] = repr(error)
+    ref = "/tmp/native-N-mat.pt"
+    for role in NATIVE_ROLES:
+        if role != "N-mat" and Path(ref).exists() and Path(f"/tmp/native-{role}.pt").exists():
+            try:
+                summary[f"parity_N-mat_vs_{role}_first_8_prompts"] = native_parity(
+                    ref, f"/tmp/native-{role}.pt"
+                )
+            except Exception as error:
+                summary[f"parity_N-mat_vs_{role}_first_8_prompts"] = repr(error)
 
 
 if __name__ == "__main__":
