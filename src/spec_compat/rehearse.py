@@ -35,6 +35,8 @@ TOLERANCE = 1e-4
 #: the stock extractor's scheduler budget per step (MIN_MAX_BATCHED_TOKENS in both lines)
 STOCK_STEP_TOKENS = 8192
 PASS, UNTRUSTED, ENVIRONMENT = 0, 1, 2
+#: vLLM's import and the route check take 15-25 s on 2 cores; a hung import is not waited out
+PREFLIGHT_SECONDS = 600
 
 
 class Stop(Exception):
@@ -189,9 +191,12 @@ class Child:
         from .reference import route_file
 
         answer = route_file(self.spec_file)
+        deadline = time.monotonic() + PREFLIGHT_SECONDS
         while not answer.exists():
             if self.proc.poll() is not None:
                 raise Stop(ENVIRONMENT, f"vLLM could not be started here: {self.last_error()}")
+            if time.monotonic() > deadline:
+                raise Stop(ENVIRONMENT, f"vLLM was not imported in {PREFLIGHT_SECONDS} s")
             time.sleep(0.05)
         return json.loads(answer.read_text())
 
