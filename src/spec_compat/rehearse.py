@@ -289,35 +289,31 @@ def rehearse(
 ) -> Rehearsal:
     report = Rehearsal(model=target)
     started = time.perf_counter()
+    children: list[Child] = []  # stopped before their working directory goes
     try:
         with tempfile.TemporaryDirectory(prefix="spec-compat-rehearsal-") as tmp:
-            _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, Path(tmp))
+            try:
+                _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len,
+                          Path(tmp), children)  # fmt: skip
+            finally:
+                for child in children:
+                    child.stop()
     except Stop as stop:
         report.error, report.exit_code = str(stop), stop.exit_code
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len, workdir) -> None:
+def _rehearse(
+    report, target, layer_ids, tensor_parallel_size, max_model_len, workdir, children
+) -> None:
     source = report.timed("read config", lambda: (source_of(target), ""))
     config = json.loads((source / "config.json").read_text())
     report.architecture = (config.get("architectures") or ["?"])[0]
     _versions(report)
     # vLLM is imported once, by the extractor's own process, started now
     extractor = Child.start("extract", workdir, config.get("architectures") or [])
-    children = [extractor]
-    try:
-        _rehearse_with(report, config, source, layer_ids, tensor_parallel_size, max_model_len,
-                       workdir, children)  # fmt: skip
-    finally:
-        for child in children:
-            child.stop()
-
-
-def _rehearse_with(
-    report, config, source, layer_ids, tensor_parallel_size, max_model_len, workdir, children
-) -> None:
-    extractor = children[0]
+    children.append(extractor)
     facts = report.timed("route", _route, config, layer_ids, extractor)
     copy = report.timed("build copy", _build, source, workdir / "model", tensor_parallel_size)
     report.copy = copy.notes
