@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -314,8 +315,12 @@ def _rehearse(
     # vLLM is imported once, by the extractor's own process, started now
     extractor = Child.start("extract", workdir, config.get("architectures") or [])
     children.append(extractor)
-    facts = report.timed("route", _route, config, layer_ids, extractor)
-    copy = report.timed("build copy", _build, source, workdir / "model", tensor_parallel_size)
+    # the copy is built while that process imports vLLM (it is only used once the route
+    # is clear, and takes less time than the import, so a refusal comes no later)
+    with ThreadPoolExecutor(1) as pool:
+        building = pool.submit(_build, source, workdir / "model", tensor_parallel_size)
+        facts = report.timed("route", _route, config, layer_ids, extractor)
+        copy = report.timed("build copy", building.result)
     report.copy = copy.notes
     if copy.mla and facts["cpu"] and not facts["cpu_mla_backend"]:
         raise Stop(ENVIRONMENT, "this vLLM's CPU build has no MLA attention backend (0.28+)")
