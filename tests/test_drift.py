@@ -12,7 +12,7 @@ import wrapt
 from spec_compat import gates
 from spec_compat.drift import check, scan
 from spec_compat.gates import Need, Verdict
-from spec_compat.registry import Patch, Registry, Result, State, UnsupportedDrift
+from spec_compat.registry import ImportPatch, Patch, Registry, Result, State, UnsupportedDrift
 
 VENDOR = """
 def make(a, b):
@@ -125,9 +125,6 @@ def test_apply_refuses_uncovered_drift_unless_not_strict(drifted, monkeypatch):
 
 
 def test_import_patch_redirects_a_moved_name(tmp_path, monkeypatch):
-    from spec_compat import requirements_gate as gate
-    from spec_compat.patches.kv_cache_planning_module import ImportPatch
-
     vendor = f"movedvendor_{os.urandom(3).hex()}"
     (tmp_path / vendor).mkdir()
     (tmp_path / vendor / "__init__.py").write_text("")
@@ -138,22 +135,22 @@ def test_import_patch_redirects_a_moved_name(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(gates, "speculators_version", lambda: None)
     patch = ImportPatch("moved_test", stock, f"{vendor}.old", f"{vendor}.new", ("moved",), "")
-    decisions, hooked = [], []
-    monkeypatch.setattr(gate.GATE, "import_patches", [patch])
-    monkeypatch.setattr(gate.GATE, "on_decision", decisions.append)
+    registry, hooked = Registry(), []
+    registry.register(patch)
     # a post-import hook registered before the gate (another wrapt user, or a launcher):
     # wrapt's finder then sits behind the gate in sys.meta_path, and must still fire
     wrapt.register_post_import_hook(hooked.append, stock)
-    gate.install()
+    registry.apply()
     try:
         module = __import__(stock)
         assert hooked == [module]
         assert module.moved() == "moved" and module.kept() == "kept"
+        decisions = registry.status()
         assert [d.state for d in decisions] == [State.APPLIED]
         assert "lacks ['moved']" in decisions[0].found
         assert not hasattr(sys.modules[f"{vendor}.old"], "moved")  # the vendor is untouched
     finally:
-        gate.uninstall()
+        registry.revert()
         for name in [m for m in sys.modules if m.startswith((vendor, stock))]:
             sys.modules.pop(name)
 
@@ -161,9 +158,6 @@ def test_import_patch_redirects_a_moved_name(tmp_path, monkeypatch):
 def test_a_stock_module_the_gate_leaves_alone_still_fires_earlier_hooks(tmp_path, monkeypatch):
     """The gate returns no spec of its own unless it rewrites: wrapt's finder, wherever it
     sits, loads the module and fires the post-import hooks (every registry patch)."""
-    from spec_compat import requirements_gate as gate
-    from spec_compat.patches.kv_cache_planning_module import ImportPatch
-
     vendor = f"keptvendor_{os.urandom(3).hex()}"
     (tmp_path / f"{vendor}.py").write_text("def kept():\n    return 'kept'\n")
     stock = f"keptstock_{os.urandom(3).hex()}"
@@ -171,13 +165,13 @@ def test_a_stock_module_the_gate_leaves_alone_still_fires_earlier_hooks(tmp_path
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(gates, "speculators_version", lambda: None)
     patch = ImportPatch("kept_test", stock, vendor, f"{vendor}_new", ("kept",), "")
-    monkeypatch.setattr(gate.GATE, "import_patches", [patch])
-    hooked = []
+    registry, hooked = Registry(), []
+    registry.register(patch)
     wrapt.register_post_import_hook(hooked.append, stock)
-    gate.install()
+    registry.apply()
     try:
         assert hooked == [__import__(stock)]
     finally:
-        gate.uninstall()
+        registry.revert()
         for name in [m for m in sys.modules if m.startswith((vendor, stock))]:
             sys.modules.pop(name)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from spec_compat import gates
+from spec_compat import gates, stock_source
 from spec_compat.gates import Need, Verdict, binding_probe, missing_and_unexpected
 from spec_compat.registry import ENV_PATCHES, Patch, Registry, State, UnsupportedDrift
 
@@ -151,7 +151,7 @@ def test_a_bind_failure_no_patch_knows_is_unknown(stock):
     source.write_text(STOCK_SOURCE.replace("vendor_make(a=1, b=2)", "vendor_make(a=1, c=2)"))
     sys.modules.pop(stock)
     module = __import__(stock)
-    gates._stock_tree.cache_clear()
+    stock_source.tree.cache_clear()
     verdict = _binding(module)
     assert verdict.need is Need.UNKNOWN
     assert "line 10" in verdict.reason and "'b'" in verdict.reason
@@ -241,20 +241,30 @@ def test_import_and_apply_import_neither_torch_nor_vllm():
 
 
 def test_pre_import_gate_refuses_with_the_reason(tmp_path, monkeypatch):
-    from spec_compat import requirements_gate as gate
+    from spec_compat.requirements import Requirement
 
     name = f"fake_gated_{os.urandom(3).hex()}"
     (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    requirement = gate.Requirement("needs_x", name, ">=0.4", lambda: "x is missing")
-    monkeypatch.setattr(gate, "REQUIREMENTS", (requirement,))
+    requirement = Requirement("needs_x", name, ">=0.4", lambda: "x is missing")
+    registry = Registry(requirements=(requirement,))
     monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.4.0.1"))
-    gate.install()
+    registry.apply()
     try:
         with pytest.raises(UnsupportedDrift, match="x is missing"):
             __import__(name)
         monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
         assert __import__(name).VALUE == 1  # the requirement is for 0.4.x only
     finally:
-        gate.uninstall()
+        registry.revert()
         sys.modules.pop(name, None)
+
+
+def test_the_stock_source_reader_finds_calls_and_mentions(stock):
+    stock_source.tree.cache_clear()
+    calls = stock_source.stock_calls(stock, "vendor_make")
+    assert [(c.line, c.n_positional, set(c.keywords)) for c in calls] == [(10, 0, {"a", "b"})]
+    assert stock_source.stock_passes(stock, "vendor_make", "a")
+    assert not stock_source.stock_passes(stock, "vendor_make", "required")
+    assert stock_source.stock_mentions(stock, "vendor_make")
+    assert not stock_source.stock_mentions(stock, "engine.run")

@@ -101,12 +101,12 @@ def test_a_spawned_child_has_the_patches_when_it_re_imports_main(tmp_path):
 
 def test_a_failed_start_up_refuses_the_stock_modules(tmp_path, monkeypatch):
     import spec_compat
-    from spec_compat.patches import _stock
+    from spec_compat import names
 
     fake = f"fake_stock_{os.urandom(3).hex()}"
     (tmp_path / f"{fake}.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(_stock, "GENERATOR", fake)
+    monkeypatch.setattr(names, "GENERATOR", fake)
     monkeypatch.setattr(startup, "FAILED", None)
 
     def broken(**_: object) -> None:

@@ -11,14 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from spec_compat.patches._row_checks import bad_row_flags  # noqa: E402
+from spec_compat.patches._row_matching import RowMatcher  # noqa: E402
 from spec_compat.transport import (  # noqa: E402
     Attachments,
     CallStore,
     Copier,
-    RowMatcher,
     SegmentPool,
     ShmFull,
-    bad_row_flags,
     handed_over_class,
 )
 

@@ -39,13 +39,11 @@ from typing import Any
 
 from packaging.version import Version
 
-from . import REGISTRY, __version__, applied_import_patches, apply, startup, status
+from . import REGISTRY, __version__, applied_imports, apply, startup, status
 from .drift import TouchPoint, check, moved_imports
 from .gates import in_range, installed_version
-from .patches import IMPORT_PATCHES
-from .patches._stock import GENERATOR, WORKER
-from .registry import Result, State, UnsupportedDrift
-from .requirements_gate import refusals
+from .names import GENERATOR, WORKER
+from .patch import ImportPatch, Result, State, UnsupportedDrift
 
 EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT = 0, 1, 2
 #: The stock extractor lines spec_compat knows (0.5+ dropped this extractor upstream).
@@ -159,7 +157,7 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         return report
     if not no_patches:
         apply(strict=False)  # exactly what a user's apply() does; findings collected, not raised
-    refused = refusals()
+    refused = REGISTRY.refusals()
     if refused:  # the stock modules cannot import here; no patch bridges that
         report.unsupported = refused
         report.seconds = time.perf_counter() - started
@@ -180,20 +178,19 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
             report.problems.append(f"--model {model}: {exc}")
     if no_patches:  # what each patch's gates would decide, nothing applied
         report.patches = [
-            REGISTRY.gate(p, sys.modules[p.module])
+            REGISTRY.decide(p, sys.modules[p.module])
             for p in REGISTRY.patches.values()
             if p.module in sys.modules
         ]
     else:
         report.patches = status()
-    applied = [
-        REGISTRY.patches[r.name]
-        for r in report.patches
-        if r.state is State.APPLIED and r.name in REGISTRY.patches
-    ]
+    applied = [REGISTRY.patches[r.name] for r in report.patches if r.state is State.APPLIED]
     candidates = list(REGISTRY.patches.values()) if no_patches else applied
-    needed_imports = [p for p in IMPORT_PATCHES if p.decide().state is State.APPLIED]
-    moved = moved_imports(needed_imports if no_patches else applied_import_patches(IMPORT_PATCHES))
+    if no_patches:  # the imports the import-time patches would redirect
+        imports = [p for p in REGISTRY.patches.values() if isinstance(p, ImportPatch)]
+        moved = moved_imports([p for p in imports if p.decide(None).state is State.APPLIED])
+    else:
+        moved = moved_imports(applied_imports())
     for name in (GENERATOR, WORKER):
         if name in sys.modules:
             report.touch_points += check(name, candidates, moved=moved)

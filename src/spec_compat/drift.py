@@ -19,7 +19,9 @@ import inspect
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .gates import _dotted, _stock_tree, signature_text
+from .gates import signature_text
+from .stock_source import dotted_name
+from .stock_source import tree as stock_tree
 
 
 @dataclass
@@ -63,11 +65,11 @@ def _typed_attributes(tree: ast.Module, imports: dict[str, str]) -> dict[str, st
     typed = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
-            callee = _dotted(node.value.func)
+            callee = dotted_name(node.value.func)
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if callee in imports:
                 for target in targets:
-                    if (name := _dotted(target)) is not None:
+                    if (name := dotted_name(target)) is not None:
                         typed[name] = imports[callee]
     return typed
 
@@ -88,12 +90,12 @@ def scan(
     """Every resolvable call from `module_name` into vLLM (packages `roots`), bound against
     the installed code.  `moved` maps "old.module:name" to "new.module:name" for imports an
     import-time patch redirects."""
-    tree = _stock_tree(module_name)
+    tree = stock_tree(module_name)
     imports = {k: (moved or {}).get(v, v) for k, v in _vllm_imports(tree, roots).items()}
     typed = _typed_attributes(tree, imports)
     points: list[TouchPoint] = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or (callee := _dotted(node.func)) is None:
+        if not isinstance(node, ast.Call) or (callee := dotted_name(node.func)) is None:
             continue
         if callee in imports:
             target, is_method, name = imports[callee], False, callee

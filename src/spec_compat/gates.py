@@ -1,4 +1,5 @@
-"""Gates: installed versions, version ranges and probes of the installed code.
+"""Gates: installed versions, version ranges and probes of the installed code (the stock
+code itself is read by `spec_compat.stock_source`).
 
 Everything here is cheap until a probe runs: versions come from package metadata
 (`importlib.metadata`), never from importing vllm or torch.
@@ -6,14 +7,14 @@ Everything here is cheap until a probe runs: versions come from package metadata
 
 from __future__ import annotations
 
-import ast
 import enum
-import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from .stock_source import StockCall, stock_calls
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -68,71 +69,17 @@ class Verdict:
     reason: str = ""
 
 
+def platform_is_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 def signature_text(obj: Any) -> str:
     try:
         return f"{getattr(obj, '__qualname__', obj)}{inspect.signature(obj)}"
     except (TypeError, ValueError):
         return repr(obj)
-
-
-# --- the stock code, read with ast ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StockCall:
-    """One call in speculators' source: `callee(<n positional>, kw1=…, kw2=…)`."""
-
-    callee: str
-    line: int
-    n_positional: int
-    keywords: frozenset[str] = field(default_factory=frozenset)
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
-@functools.cache
-def _stock_tree(module_name: str) -> ast.Module:
-    import importlib.util
-
-    spec = importlib.util.find_spec(module_name)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(module_name)
-    with open(spec.origin, encoding="utf-8") as fh:
-        return ast.parse(fh.read(), filename=spec.origin)
-
-
-def stock_calls(module: ModuleType | str, callee: str) -> list[StockCall]:
-    """Every call to `callee` (a dotted name as written in the source) in a stock module."""
-    name = module if isinstance(module, str) else module.__name__
-    calls = []
-    for node in ast.walk(_stock_tree(name)):
-        if isinstance(node, ast.Call) and _dotted(node.func) == callee:
-            kws = frozenset(k.arg for k in node.keywords if k.arg is not None)
-            calls.append(StockCall(callee, node.lineno, len(node.args), kws))
-    return calls
-
-
-def stock_passes(module: ModuleType | str, callee: str, keyword: str) -> bool:
-    """True when every stock call to `callee` passes `keyword` (and there is one)."""
-    calls = stock_calls(module, callee)
-    return bool(calls) and all(keyword in c.keywords for c in calls)
-
-
-def stock_mentions(module: ModuleType | str, dotted: str) -> bool:
-    """True when the stock module's source names `dotted` (e.g. `torch.cuda.mem_get_info`)."""
-    name = module if isinstance(module, str) else module.__name__
-    return any(
-        _dotted(node) == dotted
-        for node in ast.walk(_stock_tree(name))
-        if isinstance(node, ast.Attribute | ast.Name)
-    )
 
 
 def bind_error(obj: Any, call: StockCall) -> str | None:

@@ -18,10 +18,10 @@ import site
 import sys
 from pathlib import Path
 
-from .registry import ENV_PATCHES, ENV_STRICT
+from .names import ENV_PATCHES, ENV_STARTUP, ENV_STRICT
 
 PTH_NAME = "spec_compat_startup.pth"
-ENV_SWITCH = "SPEC_COMPAT_STARTUP"
+ENV_SWITCH = ENV_STARTUP
 #: set by run(): True once the hook applied the parent's selection in this process
 ACTIVE = False
 #: the exception apply() raised at start-up, if any (re-raised when speculators is imported)
@@ -36,9 +36,8 @@ def run() -> None:
         return
     try:
         from . import REGISTRY, apply
-        from .patches import IMPORT_PATCHES
 
-        known = set(REGISTRY.patches) | {p.name for p in IMPORT_PATCHES}  # not refusals
+        known = set(REGISTRY.patches)
         apply(only=[n for n in names if n in known], strict=os.environ.get(ENV_STRICT) != "0")
         ACTIVE = True
     except Exception as exc:  # `site` would print and swallow it: fail where it matters
@@ -46,11 +45,22 @@ def run() -> None:
         _refuse_stock_imports(exc)
 
 
+def export(names: list[str], strict: bool) -> None:
+    """Hand a selection to every process started from now on (read by `run()` there)."""
+    os.environ[ENV_PATCHES] = ",".join(names)
+    os.environ[ENV_STRICT] = "1" if strict else "0"
+
+
+def clear() -> None:
+    os.environ.pop(ENV_PATCHES, None)
+    os.environ.pop(ENV_STRICT, None)
+
+
 def _refuse_stock_imports(exc: Exception) -> None:
     """An unpatched stock extractor must not run silently: importing it raises instead."""
     import wrapt
 
-    from .patches._stock import GENERATOR, WORKER
+    from .names import GENERATOR, WORKER
 
     def refuse(module: object) -> None:
         raise RuntimeError(
@@ -91,7 +101,9 @@ def worker_report(worker: object = None) -> dict[str, object]:
     import multiprocessing
 
     from . import status
+    from .names import WORKER_TRANSPORT
 
+    transport = getattr(worker, WORKER_TRANSPORT, None)
     return {
         "pid": os.getpid(),
         "start_method": multiprocessing.get_start_method(allow_none=True),
@@ -99,8 +111,8 @@ def worker_report(worker: object = None) -> dict[str, object]:
         "startup_hook": ACTIVE,
         "patches": {r.name: r.state.value for r in status() if r.side != "driver"},
         # the shared-memory transport's layout ("per request", "per layer"), once used
-        "transport": getattr(worker, "_spec_compat_layout", None),
-        "segments_reused": getattr(getattr(worker, "_spec_compat_pool", None), "reused", 0),
+        "transport": getattr(transport, "used", None),
+        "segments_reused": getattr(transport, "reused", 0),
         "torch_threads": _torch_threads(),
         "reserved_cpus": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU"),
     }

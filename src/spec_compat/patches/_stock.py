@@ -1,26 +1,20 @@
-"""What every patch shares: the stock modules' names and small adapter builders."""
+"""Small behaviour builders that several patches share (the registry stamps their results)."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 
-GENERATOR = "speculators.data_generation.vllm_hidden_states_generator"
-WORKER = "speculators.data_generation.custom_worker"
-
 
 def with_kwargs(original: Any, adjust: Callable[[dict[str, Any]], None]) -> Callable[..., Any]:
     """A stand-in for `original` (a class or function) that edits keyword arguments first.
 
-    The stock module only ever *calls* these names, so a function is a faithful stand-in;
-    `__wrapped__` keeps the original reachable for doctor and revert checks.
+    The stock module only ever *calls* these names, so a function is a faithful stand-in.
     """
 
-    @functools.wraps(original, updated=())
     def adapter(*args: Any, **kwargs: Any) -> Any:
         adjust(kwargs)
         return original(*args, **kwargs)
@@ -41,7 +35,6 @@ def checked_init(original: Callable[..., None], check: Callable[[dict[str, Any]]
     """The stock `__init__`, run only after `check` accepted its arguments (defaults filled)."""
     signature = inspect.signature(original)
 
-    @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
@@ -53,12 +46,6 @@ def checked_init(original: Callable[..., None], check: Callable[[dict[str, Any]]
 
 def parameters(obj: Any) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(obj).parameters)
-
-
-def named_adapter(adapter: type, original: type, patch: str) -> type:
-    """Name an adapter subclass after the patch that made it (tracebacks, doctor, stacking)."""
-    adapter.__qualname__ = f"spec_compat[{patch}]({original.__qualname__})"
-    return adapter
 
 
 def prompt_lists(token_ids: Any) -> list[list[int]]:

@@ -20,8 +20,9 @@ from typing import Any
 
 from ..capture import UnsupportedModel, check_layer_ids, read_config, route, text_layers
 from ..gates import Verdict
-from ..registry import Patch
-from ._stock import GENERATOR, checked_init, generator_init_probe
+from ..names import GENERATOR
+from ..patch import Patch
+from ._stock import checked_init, generator_init_probe
 
 
 def model_config(model_path: str) -> dict[str, Any]:

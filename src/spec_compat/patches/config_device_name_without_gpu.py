@@ -17,12 +17,11 @@ Remove when: speculators checks the device count before naming device 0.
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
+from ..patch import Patch
 
 CONFIG = "speculators.data_generation.config_generator"
 
@@ -40,7 +39,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def get_device_name(idx: int) -> str:
         import torch
 

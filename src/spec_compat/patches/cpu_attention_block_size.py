@@ -19,9 +19,10 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
+from ..names import GENERATOR
+from ..patch import Patch
 from ._cpu import cpu_attention_backend, cpu_block_size, kernel_block_sizes
-from ._stock import GENERATOR, with_kwargs
+from ._stock import with_kwargs
 
 
 def probe(module: ModuleType) -> Verdict:

@@ -17,9 +17,9 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..registry import Patch
+from ..names import GENERATOR
+from ..patch import Patch
 from ._cpu import cpu_mem_get_info
-from ._stock import GENERATOR
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -35,7 +35,6 @@ def wrap(original: Any) -> Any:
     def mem_get_info(*args: Any, **kwargs: Any) -> tuple[int, int]:
         return cpu_mem_get_info(fraction)
 
-    mem_get_info.__wrapped__ = original  # type: ignore[attr-defined]
     return mem_get_info
 
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import wrapt
 
-from ..gates import Need, Verdict, stock_mentions
-from ..registry import Patch
+from ..gates import Need, Verdict
+from ..names import GENERATOR
+from ..patch import Patch
+from ..stock_source import stock_mentions
 from ._cpu import cpu_mem_get_info
-from ._stock import GENERATOR
 
 CALL = "torch.cuda.mem_get_info"
 

@@ -22,8 +22,8 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
-from ._stock import GENERATOR, named_adapter
+from ..names import GENERATOR
+from ..patch import Patch
 
 KNOB = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 
@@ -49,7 +49,7 @@ def wrap(original: type) -> type:
             finally:
                 os.environ.pop(KNOB, None)
 
-    return named_adapter(MultiprocExecutor, original, PATCH.name)
+    return MultiprocExecutor
 
 
 PATCH = Patch(

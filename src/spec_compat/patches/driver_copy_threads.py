@@ -16,14 +16,13 @@ Remove when: the extractor stops copying states on the driver (speculators >= 0.
 
 from __future__ import annotations
 
-import functools
 import os
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
-from ._stock import GENERATOR
+from ..names import GENERATOR
+from ..patch import Patch
 
 MAX_THREADS = 8
 
@@ -33,7 +32,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
 

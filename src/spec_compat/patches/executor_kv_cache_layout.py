@@ -21,8 +21,9 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
-from ._stock import GENERATOR, named_adapter, parameters
+from ..names import GENERATOR
+from ..patch import Patch
+from ._stock import parameters
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -75,7 +76,7 @@ def wrap(original: type) -> type:
                 kv_cache_config.kv_cache_layout = layout
             return super().initialize_from_config(kv_cache_configs)
 
-    return named_adapter(MultiprocExecutor, original, PATCH.name)
+    return MultiprocExecutor
 
 
 PATCH = Patch(

@@ -27,8 +27,8 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..registry import Patch
-from ._stock import GENERATOR, named_adapter
+from ..names import GENERATOR
+from ..patch import Patch
 
 REBUILD = "build a new VllmHiddenStatesGenerator (this one cannot serve another call)"
 
@@ -95,7 +95,7 @@ def wrap(original: type) -> type:
                     raise WorkerLost.died() from exc
                 raise
 
-    return named_adapter(MultiprocExecutor, original, PATCH.name)
+    return MultiprocExecutor
 
 
 PATCH = Patch(

@@ -17,9 +17,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text, stock_mentions
-from ..registry import Patch
-from ._stock import GENERATOR, named_adapter
+from ..gates import Need, Verdict, signature_text
+from ..names import GENERATOR
+from ..patch import Patch
+from ..stock_source import stock_mentions
 
 
 def _installed() -> Any:
@@ -44,7 +45,7 @@ def wrap(original: type) -> type:
             output = super().execute_model(scheduler_output, *args, **kwargs)
             return self.sample_tokens(None) if output is None else output
 
-    return named_adapter(MultiprocExecutor, original, PATCH.name)
+    return MultiprocExecutor
 
 
 PATCH = Patch(

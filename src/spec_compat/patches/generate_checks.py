@@ -26,16 +26,15 @@ Remove when: speculators validates prompts and captured states itself.
 
 from __future__ import annotations
 
-import functools
 import logging
 import numbers
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..registry import Patch
-from ..transport import row_faults
-from ._stock import GENERATOR
+from ..names import GENERATOR, WORKER_CHECKS
+from ..patch import Patch
+from ._row_checks import row_faults
 
 log = logging.getLogger("spec_compat")
 
@@ -135,7 +134,7 @@ def problems_in(results: list[dict], layer_ids: list[int], values: bool = True) 
 def workers_tested_clean(executor: Any) -> bool:
     """Whether the shared-memory transport's workers tested every row of this call's replies
     (on the device, as they were captured) and found none failing."""
-    checks = getattr(executor, "spec_compat_worker_checks", None)
+    checks = getattr(executor, WORKER_CHECKS, None)
     return bool(checks) and all(n == 0 for n in checks)
 
 
@@ -145,14 +144,13 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def generate(self: Any, token_ids: Any, *args: Any, **kwargs: Any) -> list[dict]:
         model_config = self.vllm_config.model_config
         check_prompts(
             token_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
         )
-        if hasattr(self.executor, "spec_compat_worker_checks"):
-            self.executor.spec_compat_worker_checks = []
+        if hasattr(self.executor, WORKER_CHECKS):
+            setattr(self.executor, WORKER_CHECKS, [])
         results = original(self, token_ids, *args, **kwargs)
         values = not workers_tested_clean(self.executor)
         if problems := problems_in(results, list(self.layer_ids), values=values):

@@ -20,13 +20,12 @@ Remove when: the extractor aborts its requests on failure.
 from __future__ import annotations
 
 import contextlib
-import functools
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
-from ._stock import GENERATOR
+from ..names import GENERATOR, RESET_CAPTURE
+from ..patch import Patch
 
 
 def release_requests(generator: Any, aborted: Any) -> None:
@@ -41,7 +40,7 @@ def reset_workers(generator: Any) -> None:
     if executor is None or getattr(executor, "is_failed", False):
         return
     with contextlib.suppress(Exception):  # the call's own error is the one to tell
-        executor.collective_rpc("_reset_capture")
+        executor.collective_rpc(RESET_CAPTURE)
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -59,7 +58,6 @@ def wrap(original: Any) -> Any:
 
     aborted = sys.modules[GENERATOR].RequestStatus.FINISHED_ABORTED
 
-    @functools.wraps(original)
     def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(self, *args, **kwargs)

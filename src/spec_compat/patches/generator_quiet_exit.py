@@ -16,14 +16,13 @@ Remove when: the extractor shuts its executor down without logging at interprete
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..registry import Patch
-from ._stock import GENERATOR
+from ..names import GENERATOR
+from ..patch import Patch
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -36,7 +35,6 @@ def probe(module: ModuleType) -> Verdict:
 def wrap(original: Any) -> Any:
     is_finalizing = sys.is_finalizing  # bound now: `sys` itself may be gone by then
 
-    @functools.wraps(original)
     def __del__(self: Any) -> None:
         if not is_finalizing():
             original(self)

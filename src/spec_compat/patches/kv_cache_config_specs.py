@@ -16,8 +16,9 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict, binding_probe, first_attr, missing_and_unexpected
-from ..registry import Patch
-from ._stock import GENERATOR, parameters, with_kwargs
+from ..names import GENERATOR
+from ..patch import Patch
+from ._stock import parameters, with_kwargs
 
 CALL = "get_kv_cache_config_from_groups"
 DROPPED = "kv_cache_specs"

@@ -20,15 +20,14 @@ Remove when: V1 is removed upstream (then the V2 batch order must be computed in
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
-from ._stock import GENERATOR
+from ..names import GENERATOR
+from ..patch import Patch
 
 KNOB = "VLLM_USE_V2_MODEL_RUNNER"
 log = logging.getLogger(__name__)
@@ -44,7 +43,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         previous = os.environ.get(KNOB)
         if previous not in (None, "0"):

@@ -15,13 +15,12 @@ Remove when: the stock generator builds the hasher only with prefix caching on.
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
-from ._stock import GENERATOR
+from ..names import GENERATOR
+from ..patch import Patch
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -33,7 +32,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         cache_config = getattr(getattr(self, "vllm_config", None), "cache_config", None)

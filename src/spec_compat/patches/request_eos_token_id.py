@@ -16,8 +16,9 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict, binding_probe, missing_and_unexpected
-from ..registry import Patch
-from ._stock import GENERATOR, parameters
+from ..names import GENERATOR
+from ..patch import Patch
+from ._stock import parameters
 
 MOVED = "eos_token_id"
 
@@ -47,7 +48,6 @@ def wrap(original: Any) -> Any:
                 params.update_from_generation_config({}, eos_token_id=eos)
         return original(*args, **kwargs)
 
-    Request.__wrapped__ = original  # type: ignore[attr-defined]
     return Request
 
 

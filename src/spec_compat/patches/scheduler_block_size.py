@@ -17,10 +17,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, binding_probe, missing_and_unexpected, stock_calls
-from ..registry import Patch
+from ..gates import Need, Verdict, binding_probe, missing_and_unexpected
+from ..names import GENERATOR
+from ..patch import Patch
+from ..stock_source import stock_calls
 from ._cpu import cpu_block_size
-from ._stock import GENERATOR, parameters
+from ._stock import parameters
 
 ADDED = {"block_size", "hash_block_size"}
 
@@ -77,7 +79,6 @@ def wrap(original: Any) -> Any:
             kwargs.update({k: v for k, v in sizes.items() if k in accepted})
         return original(*args, **kwargs)
 
-    Scheduler.__wrapped__ = original  # type: ignore[attr-defined]
     return Scheduler
 
 

@@ -9,7 +9,7 @@ How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_r
       bytes of the call's segment, whose first ``clone()`` is itself (``HandedOver``), so
       the stock ``h.clone().cpu()`` costs nothing and results own their memory.  The
       worker's value-test count is taken out of the reply and kept for ``generate_checks``
-      (``spec_compat_worker_checks``);
+      (``names.WORKER_CHECKS``);
     - per-layer replies (0.3.0): views of the worker's arena (attached once, reused), which
       the stock driver clones as it always did.
     When a call starts, per-call segments that no live result uses are named to the
@@ -29,9 +29,16 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
-from ..transport import WORKER_CHECKED, Attachments, ShmFull, shm_free_bytes
-from ._stock import GENERATOR, named_adapter
+from ..names import (
+    GENERATOR,
+    GET_CAPTURED,
+    RECYCLE_SEGMENTS,
+    RESET_CAPTURE,
+    WORKER_CHECKED,
+    WORKER_CHECKS,
+)
+from ..patch import Patch
+from ..transport import Attachments, ShmFull, shm_free_bytes
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -43,9 +50,6 @@ def probe(module: ModuleType) -> Verdict:
 def wrap(original: type) -> type:
     class MultiprocExecutor(original):  # type: ignore[misc, valid-type]
         _spec_compat_attachments: Attachments | None = None
-        #: per reply of this generate() call: rows the worker found NaN/Inf/all-zero, or
-        #: None where it did not test (generate_checks empties it before each call)
-        spec_compat_worker_checks: list[int | None]
 
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -56,18 +60,16 @@ def wrap(original: type) -> type:
                 raise
             attachments = self._spec_compat_attachments
             # a new call: segments whose results are gone go back to the workers for reuse
-            if method == "_reset_capture" and attachments and (free := attachments.released()):
-                super().collective_rpc("_spec_compat_recycle", args=(free,))
-            if method != "_get_captured_states" or kwargs.get("non_block"):
+            if method == RESET_CAPTURE and attachments and (free := attachments.released()):
+                super().collective_rpc(RECYCLE_SEGMENTS, args=(free,))
+            if method != GET_CAPTURED or kwargs.get("non_block"):
                 return reply
             if self._spec_compat_attachments is None:
                 self._spec_compat_attachments = Attachments()
-            if not hasattr(self, "spec_compat_worker_checks"):
-                self.spec_compat_worker_checks = []
-            replies = reply if isinstance(reply, list) else [reply]
-            for one in replies:
+            checks = self.__dict__.setdefault(WORKER_CHECKS, [])
+            for one in reply if isinstance(reply, list) else [reply]:
                 if isinstance(one, dict):
-                    self.spec_compat_worker_checks.append(one.pop(WORKER_CHECKED, None))
+                    checks.append(one.pop(WORKER_CHECKED, None))
             return self._spec_compat_attachments.from_descriptors(reply)
 
         def shutdown(self) -> Any:
@@ -77,7 +79,7 @@ def wrap(original: type) -> type:
                 if self._spec_compat_attachments is not None:
                     self._spec_compat_attachments.close()
 
-    return named_adapter(MultiprocExecutor, original, PATCH.name)
+    return MultiprocExecutor
 
 
 PATCH = Patch(

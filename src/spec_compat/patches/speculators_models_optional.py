@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
+from ..patch import Patch
 
 REMOVED = "transformers.modeling_attn_mask_utils"
 USER = "models/eagle.py"  # inside the speculators package
@@ -77,7 +77,6 @@ def wrap(original: Any) -> Any:
             cls.auto_imported_modules = list(getattr(cls, "auto_imported_modules", None) or [])
             return None
 
-    auto_import_package_modules.__wrapped__ = function  # type: ignore[attr-defined]
     return classmethod(auto_import_package_modules)
 
 

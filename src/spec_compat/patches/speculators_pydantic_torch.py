@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..registry import Patch
+from ..patch import Patch
 
 
 def _string_torch_annotations() -> dict[str, str]:
@@ -58,7 +58,6 @@ def wrap(original: Any) -> Any:
 
         cls.model_rebuild(force=True, _types_namespace={"torch": torch})
 
-    reload_schema.__wrapped__ = original  # type: ignore[attr-defined]
     return classmethod(reload_schema)
 
 

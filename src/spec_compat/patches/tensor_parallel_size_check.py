@@ -19,8 +19,9 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict
-from ..registry import Patch
-from ._stock import GENERATOR, checked_init, generator_init_probe
+from ..names import GENERATOR
+from ..patch import Patch
+from ._stock import checked_init, generator_init_probe
 
 ARGUMENT = "tensor_parallel_size"
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import wrapt
 
-from ..gates import Need, Verdict, stock_calls
-from ..registry import Patch
-from ._stock import GENERATOR
+from ..gates import Need, Verdict
+from ..names import GENERATOR
+from ..patch import Patch
+from ..stock_source import stock_calls
 
 CALL = "AutoTokenizer.from_pretrained"
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, stock_mentions
-from ..registry import Patch
-from ._stock import GENERATOR, named_adapter
+from ..gates import Need, Verdict
+from ..names import GENERATOR, GET_CAPTURED, RESET_CAPTURE
+from ..patch import Patch
+from ..stock_source import stock_mentions
 
 
 class CaptureMisaligned(RuntimeError):
@@ -69,10 +70,10 @@ def wrap(original: type) -> type:
             return super().execute_model(scheduler_output, *args, **kwargs)
 
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-            if method == "_reset_capture":
+            if method == RESET_CAPTURE:
                 self._spec_compat_rows = 0
             reply = super().collective_rpc(method, *args, **kwargs)
-            if method == "_get_captured_states" and not kwargs.get("non_block"):
+            if method == GET_CAPTURED and not kwargs.get("non_block"):
                 layers = _layers(reply) or []
                 rows = {int(t.shape[0]) for t in layers}
                 if rows and rows != {self._spec_compat_rows}:
@@ -82,7 +83,7 @@ def wrap(original: type) -> type:
                     )
             return reply
 
-    return named_adapter(MultiprocExecutor, original, PATCH.name)
+    return MultiprocExecutor
 
 
 PATCH = Patch(

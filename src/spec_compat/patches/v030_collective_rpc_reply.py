@@ -24,10 +24,9 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..registry import Patch
-from ._stock import GENERATOR, named_adapter, parameters
-
-CAPTURE_RPC = "_get_captured_states"
+from ..names import GENERATOR, GET_CAPTURED
+from ..patch import Patch
+from ._stock import parameters
 
 
 def _installed() -> Any:
@@ -53,7 +52,7 @@ def check_capture_payload(reply: Any) -> None:
         return
     raise RuntimeError(
         f"spec_compat[{PATCH.name}]: expected the worker's list of per-layer tensors from "
-        f"{CAPTURE_RPC}, got {type(reply).__name__} "
+        f"{GET_CAPTURED}, got {type(reply).__name__} "
         f"{[type(x).__name__ for x in reply] if isinstance(reply, list) else ''}; "
         "refusing to hand possibly misattributed hidden states to the stock code"
     )
@@ -65,12 +64,12 @@ def wrap(original: type) -> type:
             reply = super().collective_rpc(method, *args, **kwargs)
             # Only the stock call: vLLM's own execute_model/sample_tokens use unique replies
             # through this same method and expect them bare.
-            if method != CAPTURE_RPC or kwargs.get("unique_reply_rank") is None:
+            if method != GET_CAPTURED or kwargs.get("unique_reply_rank") is None:
                 return reply
             check_capture_payload(reply)
             return [reply]
 
-    return named_adapter(MultiprocExecutor, original, PATCH.name)
+    return MultiprocExecutor
 
 
 PATCH = Patch(

@@ -21,9 +21,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text, stock_passes
-from ..registry import Patch
-from ._stock import GENERATOR, parameters, with_kwargs
+from ..gates import Need, Verdict, signature_text
+from ..names import GENERATOR
+from ..patch import Patch
+from ..stock_source import stock_passes
+from ._stock import parameters, with_kwargs
 
 FIELD = "enable_chunked_prefill"
 

@@ -13,13 +13,13 @@ Remove when: speculators 0.4.x is no longer used.
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, stock_mentions
-from ..registry import Patch
-from ._stock import GENERATOR
+from ..gates import Need, Verdict
+from ..names import GENERATOR
+from ..patch import Patch
+from ..stock_source import stock_mentions
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -29,7 +29,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def generate(self: Any, token_ids: Any, *args: Any, **kwargs: Any) -> list[dict]:
         size = self.vllm_config.scheduler_config.max_num_seqs
         if len(token_ids) <= size:

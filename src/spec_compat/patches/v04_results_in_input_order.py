@@ -14,13 +14,14 @@ Remove when: speculators 0.4.x is no longer used.
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, stock_calls
-from ..registry import Patch
-from ._stock import GENERATOR, prompt_lists
+from ..gates import Need, Verdict
+from ..names import GENERATOR
+from ..patch import Patch
+from ..stock_source import stock_calls
+from ._stock import prompt_lists
 
 
 class ResultOrderError(RuntimeError):
@@ -36,7 +37,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def generate(self: Any, token_ids: Any, *args: Any, **kwargs: Any) -> list[dict]:
         counter = self._request_counter
         results = original(self, token_ids, *args, **kwargs)

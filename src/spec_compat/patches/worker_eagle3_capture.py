@@ -34,8 +34,8 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..registry import Patch
-from ._stock import WORKER
+from ..names import WORKER
+from ..patch import Patch
 
 
 class CaptureUnsupported(RuntimeError):
@@ -171,7 +171,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def _setup_hidden_states_capture(self: Any, layer_ids: list[int]) -> None:
         model = self.model_runner.model
         self._layer_ids = frozenset(layer_ids)  # the stock attributes, for its other methods

@@ -14,13 +14,13 @@ Remove when: speculators 0.3.0 is no longer used (0.4.x calls ``embed_input_ids`
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, stock_mentions
-from ..registry import Patch
-from ._stock import WORKER
+from ..gates import Need, Verdict
+from ..names import WORKER
+from ..patch import Patch
+from ..stock_source import stock_mentions
 
 OLD, NEW = "get_input_embeddings", "embed_input_ids"
 
@@ -39,7 +39,6 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    @functools.wraps(original)
     def _patched_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not hasattr(self, OLD):
             object.__setattr__(self, OLD, getattr(self, NEW))

@@ -1,0 +1,36 @@
+"""The names that patches, the transport, the start-up hook and the tests share.
+
+One place for every string two sides must agree on: the stock modules, the RPC methods the
+driver calls on the workers, the keys and attributes one patch leaves for another, and the
+environment variables that carry a parent's selection into its children.
+"""
+
+from __future__ import annotations
+
+# -- the stock extractor (speculators 0.3.0 / 0.4.x) ---------------------------------------
+GENERATOR = "speculators.data_generation.vllm_hidden_states_generator"
+WORKER = "speculators.data_generation.custom_worker"
+
+# -- RPC methods of the stock worker extension (driver -> every worker) ----------------------
+RESET_CAPTURE = "_reset_capture"
+STORE_CAPTURED = "_store_captured_states"
+GET_CAPTURED = "_get_captured_states"
+#: added by shm_transport_worker: the driver holds no result in these segments any more
+RECYCLE_SEGMENTS = "_spec_compat_recycle"
+
+# -- what one patch leaves for another ------------------------------------------------------
+#: key of a per-request reply: how many rows failed the worker's value test
+WORKER_CHECKED = "spec_compat:bad_rows"
+#: attribute of the driver's executor (shm_transport_driver sets it, generate_checks reads
+#: it): per reply of the current generate() call, the worker's count (None: not tested)
+WORKER_CHECKS = "spec_compat_worker_checks"
+#: attribute of a worker (shm_transport_worker): its transport, for `startup.worker_report`
+WORKER_TRANSPORT = "_spec_compat_transport"
+
+# -- the environment: a parent's selection, inherited by every child process ----------------
+#: the comma-separated names of the patches `apply()` chose
+ENV_PATCHES = "SPEC_COMPAT_PATCHES"
+#: "0" when the parent chose `strict=False`
+ENV_STRICT = "SPEC_COMPAT_STRICT"
+#: "0" switches the start-up hook off (children then run unpatched)
+ENV_STARTUP = "SPEC_COMPAT_STARTUP"

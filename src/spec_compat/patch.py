@@ -1,0 +1,212 @@
+"""What a patch is: a frozen declaration, decided the same way whatever its kind.
+
+Two kinds, one protocol (`decide(module) -> Result`):
+
+- `Patch` replaces one name of a stock module, `module.target`, with `wrap(original)` once
+  the module is imported.  `wrap` holds behaviour only: the registry `stamp`s every
+  replacement with what tracebacks, pickling, doctor and revert need.
+- `ImportPatch` redirects one `from old import names` in a stock module's source while the
+  module is imported (a name vLLM moved); vLLM itself is untouched.
+
+`decide` gates on the speculators line, then the platform, then the patch's probe of the
+installed code; the vLLM range decides only where the probe cannot (`Need.UNDECIDED`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Literal
+
+from . import gates
+from .gates import Need, Verdict
+
+Side = Literal["driver", "worker", "both"]  # both: the driver and every vLLM worker
+
+
+class State(enum.Enum):
+    PENDING = "pending import"  # selected; lands when its module is imported
+    APPLIED = "applied"
+    NOT_NEEDED = "not needed"
+    SKIPPED = "skipped"
+    UNSUPPORTED = "unsupported drift"
+
+
+_STATE_OF = {
+    Need.NEEDED: State.APPLIED,
+    Need.NOT_NEEDED: State.NOT_NEEDED,
+    Need.UNKNOWN: State.UNSUPPORTED,
+}
+
+
+@dataclass
+class Result:
+    """What happened to one patch: the structured answer of `status()`."""
+
+    name: str
+    side: Side
+    target: str
+    state: State
+    reason: str = ""
+    found: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "side": self.side,
+            "target": self.target,
+            "state": self.state.value,
+            "reason": self.reason,
+            "found": self.found,
+        }
+
+
+class UnsupportedDrift(RuntimeError):
+    """The installed code has a shape no patch knows: refuse rather than guess."""
+
+    def __init__(self, results: Iterable[Result]):
+        self.results = list(results)
+        lines = [
+            f"  - {r.name} (target {r.target}): {r.reason}\n      found: {r.found}"
+            for r in self.results
+        ]
+        super().__init__(
+            "spec_compat refuses: the installed code has a shape it does not know how to "
+            "adapt (refused before any model loads):\n"
+            + "\n".join(lines)
+            + "\nRun `python -m spec_compat doctor` for the full report.  Experts can skip "
+            "the generic call check with spec_compat.apply(strict=False)."
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gated:
+    """The gates every kind declares (keyword-only, after each kind's own fields)."""
+
+    speculators: str = ""  # the stock lines the patch is written against
+    vllm: str = ""  # decides only when the probe cannot (Need.UNDECIDED)
+    platform: Literal["cpu", "gpu"] | None = None  # gpu: any platform but vLLM's CPU one
+    default: bool = True  # applied by a plain apply(); False: only when named in `only`
+    #: names called by the stock module whose signature drift this patch repairs; the
+    #: generic drift check (spec_compat.drift) counts those calls as supported
+    fixes: tuple[str, ...] = ()
+    #: patches that must be selected with this one (they may act in another process, as
+    #: the driver and worker halves of the transport do); without them it is skipped
+    requires: tuple[str, ...] = ()
+    # each kind declares its own `name`, `side` and `module`
+
+    @property
+    def qualified_target(self) -> str:
+        raise NotImplementedError
+
+    def examine(self, module: ModuleType | None) -> Verdict:
+        raise NotImplementedError
+
+    def decide(self, module: ModuleType | None) -> Result:
+        """Whether to apply this patch here (`State.APPLIED` means 'apply it'); nothing is
+        changed."""
+
+        def result(state: State, reason: str, found: str = "") -> Result:
+            return Result(self.name, self.side, self.qualified_target, state, reason, found)
+
+        installed = gates.speculators_version()
+        if not gates.in_range(installed, self.speculators):
+            return result(
+                State.NOT_NEEDED,
+                f"written for speculators {self.speculators}; installed {installed}",
+            )
+        if self.platform is not None and (self.platform == "cpu") != gates.platform_is_cpu():
+            where = "only on" if self.platform == "cpu" else "not on"
+            return result(State.NOT_NEEDED, f"{where} vLLM's CPU platform")
+        try:
+            verdict = self.examine(module)
+        except Exception as exc:  # a probe that cannot even look is drift too
+            verdict = Verdict(Need.UNKNOWN, f"{type(exc).__name__}: {exc}", "probe failed")
+        if verdict.need is Need.UNDECIDED:
+            version = gates.vllm_version()
+            inside = gates.in_range(version, self.vllm)
+            verdict = Verdict(
+                Need.NEEDED if inside else Need.NOT_NEEDED,
+                verdict.found,
+                f"vLLM {version} {'in' if inside else 'outside'} {self.vllm}"
+                + (f" ({verdict.reason})" if verdict.reason else ""),
+            )
+        return result(_STATE_OF[verdict.need], verdict.reason, verdict.found)
+
+
+@dataclass(frozen=True)
+class Patch(Gated):
+    """Replace `module.target` (a dotted path inside the stock module) with `wrap(original)`;
+    `probe(module)` inspects the installed code once the module is imported."""
+
+    name: str
+    side: Side
+    module: str
+    target: str
+    summary: str
+    probe: Callable[[ModuleType], Verdict]
+    wrap: Callable[[Any], Any]
+
+    @property
+    def qualified_target(self) -> str:
+        return f"{self.module}.{self.target}"
+
+    def examine(self, module: ModuleType | None) -> Verdict:
+        return self.probe(module)
+
+
+@dataclass(frozen=True)
+class ImportPatch(Gated):
+    """Redirect `from old_module import names` in the stock module to `new_module`."""
+
+    name: str
+    module: str
+    old_module: str
+    new_module: str
+    names: tuple[str, ...]
+    summary: str
+    side: Side = field(default="driver", kw_only=True)
+
+    @property
+    def qualified_target(self) -> str:
+        return f"{self.module}: from {self.old_module} import ..."
+
+    def examine(self, module: ModuleType | None = None) -> Verdict:
+        """Needed only when the old module lacks the names and the new one has them all."""
+        old = importlib.import_module(self.old_module)
+        missing = [n for n in self.names if not hasattr(old, n)]
+        found = f"{self.old_module} lacks {missing or 'nothing'}"
+        if not missing:
+            return Verdict(Need.NOT_NEEDED, found)
+        try:
+            new = importlib.import_module(self.new_module)
+        except ImportError:
+            return Verdict(Need.UNKNOWN, found + f"; no {self.new_module}", "names vanished")
+        absent = [n for n in missing if not hasattr(new, n)]
+        if absent:
+            return Verdict(Need.UNKNOWN, found + f"; {self.new_module} lacks {absent}")
+        return Verdict(Need.NEEDED, found + f"; {self.new_module} has them", "helpers moved")
+
+
+def stamp(replacement: Any, original: Any, patch: str) -> Any:
+    """Give a replacement what every replacement needs: the original's names (tracebacks,
+    pickling by reference, vLLM's lookups by qualified name), `__wrapped__` (doctor, revert
+    checks) and the name of the patch that made it.  Proxies (wrapt) carry all that already.
+    """
+    import wrapt
+
+    if replacement is original or isinstance(replacement, wrapt.ObjectProxy):
+        return replacement
+    target = getattr(replacement, "__func__", replacement)  # a classmethod's function
+    source = getattr(original, "__func__", original)
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(target, name, getattr(source, name))
+    with contextlib.suppress(AttributeError, TypeError):
+        target.__wrapped__ = source
+        target.spec_compat_patch = patch
+    return replacement
