@@ -268,3 +268,99 @@ def test_the_stock_source_reader_finds_calls_and_mentions(stock):
     assert not stock_source.stock_passes(stock, "vendor_make", "required")
     assert stock_source.stock_mentions(stock, "vendor_make")
     assert not stock_source.stock_mentions(stock, "engine.run")
+
+
+def test_a_patch_whose_partner_is_not_selected_is_skipped(stock):
+    registry = make_registry(stock)
+    registry.register(
+        Patch(
+            "needs_engine_run",
+            "driver",
+            stock,
+            "build",
+            "test",
+            lambda m: Verdict(Need.NEEDED, "build()"),
+            lambda original: lambda: "partnered",
+            requires=("engine_run",),
+        )
+    )
+    registry.apply(exclude=["engine_run"])
+    module = __import__(stock)
+    result = registry.results["needs_engine_run"]
+    assert result.state is State.SKIPPED and "engine_run" in result.reason
+    assert module.build() == (1, 2, "filled")  # not replaced
+    registry.revert()
+    registry.apply()
+    assert module.build() == "partnered"
+    registry.revert()
+
+
+def test_every_replacement_is_stamped_by_the_registry(stock):
+    module = __import__(stock)
+    original = module.Engine.__dict__["run"]
+    registry = make_registry(stock)
+    registry.apply()
+    replaced = module.Engine.__dict__["run"]
+    assert replaced is not original
+    assert (replaced.__name__, replaced.__qualname__) == ("run", "Engine.run")
+    assert replaced.__module__ == stock
+    assert replaced.__wrapped__ is original
+    assert replaced.spec_compat_patch == "engine_run"
+    registry.revert()
+
+
+def test_stamp_leaves_proxies_and_classes_usable():
+    import wrapt
+
+    from spec_compat.patch import stamp
+
+    class Original:
+        """the original"""
+
+    class Adapter(Original):
+        pass
+
+    assert stamp(Adapter, Original, "p") is Adapter
+    assert (Adapter.__qualname__, Adapter.__doc__) == (Original.__qualname__, "the original")
+    assert issubclass(Adapter, Original) and Adapter.spec_compat_patch == "p"
+    proxy = wrapt.ObjectProxy(Original)
+    assert stamp(proxy, Original, "p") is proxy
+    assert not hasattr(Original, "spec_compat_patch")  # a proxy forwards: nothing was set
+
+
+def test_the_patch_list_is_every_patch_module_once_with_known_partners():
+    import pkgutil
+
+    from spec_compat import REGISTRY, patches
+
+    modules = {m.name for m in pkgutil.iter_modules(patches.__path__) if m.name[0] != "_"}
+    assert set(patches.ORDER) == modules and len(patches.ORDER) == len(modules)
+    assert [p.name for p in patches.ALL] == list(patches.ORDER)  # a patch is named as its module
+    for patch in REGISTRY.patches.values():
+        assert set(patch.requires) <= set(REGISTRY.patches), patch.name
+
+
+def test_an_import_patch_is_decided_like_any_other(monkeypatch):
+    from spec_compat.patch import ImportPatch
+
+    patch = ImportPatch("moved", "stock", "os", "os.path", ("no_such_name",), "", speculators=">=9")
+    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+    result = patch.decide(None)
+    assert result.state is State.NOT_NEEDED and ">=9" in result.reason
+    undecided = ImportPatch("moved", "stock", "os", "os.path", ("sep",), "", vllm="<0.1")
+    monkeypatch.setattr(ImportPatch, "examine", lambda self, module: Verdict(Need.UNDECIDED, "?"))
+    monkeypatch.setattr(gates, "vllm_version", lambda: Version("0.32.0"))
+    assert undecided.decide(None).state is State.NOT_NEEDED  # the vLLM range decides
+
+
+def test_the_worker_transport_answers_the_drivers_recycle_call():
+    from spec_compat.names import GET_CAPTURED, RECYCLE_SEGMENTS, RESET_CAPTURE, STORE_CAPTURED
+    from spec_compat.patches import shm_transport_worker
+
+    stock = type("HiddenStatesWorkerExtension", (), dict.fromkeys(
+        (RESET_CAPTURE, STORE_CAPTURED, GET_CAPTURED), lambda self, *a: None
+    ))  # fmt: skip
+    patched = shm_transport_worker.wrap(stock)
+    assert callable(getattr(patched, RECYCLE_SEGMENTS))
+    # vLLM refuses an extension whose attributes collide with its worker's: ours are private
+    assert all(n.startswith("_") for n in set(vars(patched)) - set(vars(stock)))
