@@ -77,9 +77,12 @@ def peak_gpu(worker=None) -> int:  # runs in the worker through collective_rpc
 
 
 def transport_layout(worker=None):  # runs in the worker through collective_rpc
-    pool = getattr(worker, "_spec_compat_pool", None)
+    from spec_compat.names import WORKER_TRANSPORT
+
+    transport = getattr(worker, WORKER_TRANSPORT, None)
+    pool = getattr(transport, "pool", None)
     return {
-        "layout": getattr(worker, "_spec_compat_layout", None),
+        "layout": getattr(transport, "used", None),
         "segments_reused": getattr(pool, "reused", 0),
         "segments_held": len(getattr(pool, "handed", ())) + len(getattr(pool, "spare", ())),
     }

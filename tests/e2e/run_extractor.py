@@ -205,7 +205,8 @@ def main() -> None:
         if worker is None:
             worker = generator.executor.collective_rpc(worker_report)
         status = [r.as_dict() for r in spec_compat.status()]
-    # per reply: rows the workers' value test failed (None: not tested there)
+    # per reply: rows the workers' value test failed (None: not tested there); the string
+    # is spec_compat.names.WORKER_CHECKS, not imported: a launched script never imports it
     checks = getattr(generator.executor, "spec_compat_worker_checks", None)
     torch.save(
         {
