@@ -364,3 +364,24 @@ def test_the_worker_transport_answers_the_drivers_recycle_call():
     assert callable(getattr(patched, RECYCLE_SEGMENTS))
     # vLLM refuses an extension whose attributes collide with its worker's: ours are private
     assert all(n.startswith("_") for n in set(vars(patched)) - set(vars(stock)))
+
+
+def test_a_former_patch_name_still_works_with_a_warning(monkeypatch):
+    import spec_compat
+
+    monkeypatch.delenv(ENV_PATCHES, raising=False)
+    try:
+        with pytest.warns(DeprecationWarning, match="worker_eagle3_capture") as caught:
+            results = spec_compat.apply(only=["worker_native_layer_call"])
+        assert caught[0].filename == __file__  # the warning points at the caller
+        assert [r.name for r in results] == ["worker_eagle3_capture"]
+    finally:
+        spec_compat.revert()
+
+
+def test_the_shared_names_match_what_a_launched_script_reads():
+    from spec_compat import names
+
+    # tests/e2e/run_extractor.py spells it out: a script run by `spec-compat run` never
+    # imports spec_compat
+    assert names.WORKER_CHECKS == "spec_compat_worker_checks"
