@@ -170,13 +170,15 @@ class Registry:
             raise UnsupportedDrift(found)
         moves: Moves = {}
         with self._lock:
-            for patch in self._pending(module_name, ImportPatch):
-                result = self.decide(patch, None)
+            pending = self._pending(module_name, ImportPatch)
+        for patch in pending:  # deciding imports vLLM: not under the lock
+            result = self.decide(patch, None)
+            with self._lock:
                 self.results[patch.name] = result
-                if result.state is State.UNSUPPORTED:
-                    raise UnsupportedDrift([result])
-                if result.state is State.APPLIED:
-                    moves[patch.old_module] = (patch.new_module, frozenset(patch.names))
+            if result.state is State.UNSUPPORTED:
+                raise UnsupportedDrift([result])
+            if result.state is State.APPLIED:
+                moves[patch.old_module] = (patch.new_module, frozenset(patch.names))
         return moves
 
     def _pending(self, module_name: str, kind: type) -> list[Any]:
