@@ -106,13 +106,13 @@ class Gated:
     def examine(self, module: ModuleType | None) -> Verdict:
         raise NotImplementedError
 
+    def result(self, state: State, reason: str = "", found: str = "") -> Result:
+        return Result(self.name, self.side, self.qualified_target, state, reason, found)
+
     def decide(self, module: ModuleType | None) -> Result:
         """Whether to apply this patch here (`State.APPLIED` means 'apply it'); nothing is
         changed."""
-
-        def result(state: State, reason: str, found: str = "") -> Result:
-            return Result(self.name, self.side, self.qualified_target, state, reason, found)
-
+        result = self.result
         installed = gates.speculators_version()
         if not gates.in_range(installed, self.speculators):
             return result(

@@ -116,10 +116,6 @@ class Registry:
                 chosen.append(p)
         return chosen
 
-    @property
-    def selected(self) -> list[str]:
-        return list(self._selected)
-
     # -- apply / revert -------------------------------------------------------------------
 
     def apply(
@@ -138,7 +134,7 @@ class Registry:
                 if p.name not in self._selected:
                     self._selected.append(p.name)
                     if isinstance(p, Patch):  # an import patch is decided as it imports
-                        self.results[p.name] = self._result(p, State.PENDING)
+                        self.results[p.name] = p.result(State.PENDING)
             if side is None:  # a worker's partial apply keeps the driver's full selection
                 startup.export(self._selected, strict)
             if self._hook is None:
@@ -151,9 +147,6 @@ class Registry:
                 else:  # wrapt's hooks fire once; _apply_module ignores repeats
                     wrapt.register_post_import_hook(self._on_import, module_name)
             return self.status()
-
-    def _result(self, patch: AnyPatch, state: State, reason: str = "") -> Result:
-        return Result(patch.name, patch.side, patch.qualified_target, state, reason)
 
     def refusals(self, module_name: str | None = None) -> list[Result]:
         """The requirements that refuse the installed pair (for `module_name`, or all)."""
@@ -187,7 +180,7 @@ class Registry:
             for n in self._selected
             if isinstance(p := self.patches[n], kind)
             and p.module == module_name
-            and self.results.get(n, self._result(p, State.PENDING)).state is State.PENDING
+            and (n not in self.results or self.results[n].state is State.PENDING)
         ]
 
     def _on_import(self, module: ModuleType) -> None:
@@ -223,7 +216,7 @@ class Registry:
         """Decide one patch without applying it; `State.APPLIED` here means 'apply it'."""
         missing = [n for n in patch.requires if n not in self._selected]
         if missing and patch.name in self._selected:
-            return self._result(patch, State.SKIPPED, f"needs {', '.join(missing)} selected too")
+            return patch.result(State.SKIPPED, f"needs {', '.join(missing)} selected too")
         return patch.decide(module)
 
     def _replace(self, patch: Patch, module: ModuleType) -> None:
