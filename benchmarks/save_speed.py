@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How fast one pass of samples reaches the disk in speculators' data-script format, side by
 side in one run: `torch.save` with and without its per-record CRC32, from 1 and 4 writer
-threads, each pass followed by `os.sync()`, against raw writes of the same bytes.
+threads (`--more-threads`: also 8 and 16), each pass followed by `os.sync()`, against
+raw writes of the same bytes.
 
     python benchmarks/save_speed.py [--dir /tmp/save-speed] [--gb 5.4] [--samples 256]
 
@@ -72,6 +73,9 @@ def main() -> None:
     parser.add_argument("--gb", type=float, default=5.42)
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--more-threads", action="store_true", help="also 8 and 16 writer threads (the floor?)"
+    )
     args = parser.parse_args()
     data = samples(args.gb * 1e9, args.samples)
     nbytes = sum(
@@ -86,6 +90,10 @@ def main() -> None:
         "torch.save, no CRC32, 1 thread": (1, False),
         "raw bytes, 4 threads": (4, None),
     }
+    if args.more_threads:
+        for threads in (8, 16):
+            variants[f"torch.save, CRC32 (stock), {threads} threads"] = (threads, True)
+            variants[f"raw bytes, {threads} threads"] = (threads, None)
     best = {}
     for _ in range(args.repeats):
         for name, (threads, crc) in variants.items():

@@ -385,3 +385,26 @@ def test_the_shared_names_match_what_a_launched_script_reads():
     # tests/e2e/run_extractor.py spells it out: a script run by `spec-compat run` never
     # imports spec_compat
     assert names.WORKER_CHECKS == "spec_compat_worker_checks"
+
+
+def test_the_stock_source_reader_knows_which_replies_are_ignored(tmp_path, monkeypatch):
+    name = f"fake_loop_{os.urandom(3).hex()}"
+    (tmp_path / f"{name}.py").write_text(
+        "def loop(self):\n"
+        "    self.ex.rpc('set', args=(1,))\n"
+        "    out = self.ex.run(1)\n"
+        "    self.ex.sample(out)\n"
+        "    kept = self.ex.rpc('get')\n"
+        "    passed = self.ex.step()\n"
+        "    self.ex.sample(passed)\n"
+        "    return kept, self.ex.keep(passed)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ignores = stock_source.stock_ignores_result
+    assert ignores(name, "self.ex.rpc", "set")
+    assert ignores(name, "self.ex.run")  # only passed on to a call that is itself ignored
+    assert ignores(name, "self.ex.sample")
+    assert not ignores(name, "self.ex.rpc", "get")  # returned
+    assert not ignores(name, "self.ex.rpc")  # one of its calls is read
+    assert not ignores(name, "self.ex.step")  # also passed to a call that is read
+    assert not ignores(name, "self.ex.absent")  # never called: nothing to rely on

@@ -1,6 +1,8 @@
-"""The H200 experiment: bare vLLM prefill (A) vs the stock extractor with spec_compat (B),
-with the stock RPC transport and with the shared-memory transport, same model and prompts;
-then a bitwise comparison of the two transports' outputs.
+"""The H200 experiment: bare vLLM prefill (A), the stock extractor with spec_compat (B:
+states in memory, or B-files: the data script's loop writing synced files), the stock path,
+and vLLM's native extraction (N: files, synced, or read back into memory), same model and
+prompts; then bitwise comparisons (B vs the stock path, B vs N).  `MODEL=mla`: the same on a
+DeepSeek-V2-shaped model.
 
 Runs on the device machine after the kit is unpacked (see run_h200.sh).  Prints one JSON
 line per measurement and a summary; writes $OUT/h200.json.
@@ -19,9 +21,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-LAYERS = [2, 8, 13, 15]
+#: MODEL=mla: a random DeepSeek-V2-shaped model (MLA attention, 12 dense layers) instead
+#: of the 16-layer Llama; the same roles run on it (issue 18's MLA goal)
+MLA = os.environ.get("MODEL") == "mla"
+LAYERS = [2, 6, 9, 11] if MLA else [2, 8, 13, 15]
 TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
 CHECKS = ["generate_checks"]  # B-shm-nochecks: what the NaN/zero/row checks cost
+PIPELINE = ["executor_pipelined_steps"]  # B-nopipe: each step's calls waited for
+#: B role -> the patches it runs without (the stock path: neither transport nor pipeline)
+EXCLUDED = {
+    "B-stock": TRANSPORT + PIPELINE,
+    "B-stock-64": TRANSPORT + PIPELINE,
+    "B-shm-nochecks": CHECKS,
+    "B-nopipe": PIPELINE,
+}
+#: B-files: the 0.4.x data script's loop (calls of 8 prompts, 4 writer threads, one
+#: torch.save per sample while the next call computes, then os.sync); B-files-256: one call
+FILE_BATCH = {"B-files": 8, "B-files-256": 256}
 #: copy threads of the B-shm variants (default: 4, a layer each)
 ROLE_ENV = {
     "B-shm-t8": {"SPEC_COMPAT_COPY_THREADS": "8"},
@@ -38,19 +54,28 @@ ROLE_ENV = {
 
 def build_model(directory: Path) -> None:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, DeepseekV2Config, LlamaConfig
 
     from e2e import tiny_models
 
     directory.mkdir(parents=True, exist_ok=True)
     tiny_models.build_tokenizer(directory)
-    config = LlamaConfig(
+    mla = {
+        "num_hidden_layers": 12,
+        "first_k_dense_replace": 12,  # every layer dense: MLA is what is measured
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "num_key_value_heads": 16,
+    }
+    config = (DeepseekV2Config if MLA else LlamaConfig)(
+        **(mla if MLA else {"num_hidden_layers": 16, "num_key_value_heads": 8}),
         vocab_size=32000,
         hidden_size=2048,
         intermediate_size=5632,
-        num_hidden_layers=16,
         num_attention_heads=16,
-        num_key_value_heads=8,
         max_position_embeddings=4096,
         bos_token_id=1,
         eos_token_id=2,
@@ -59,7 +84,7 @@ def build_model(directory: Path) -> None:
     )
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(config).to(torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
     model.save_pretrained(directory, safe_serialization=True)
 
 
@@ -98,6 +123,8 @@ NATIVE_ROLES = {
     "N-mat": "/tmp",
     "N-shm-mat": "/dev/shm",
     "N-graph-mat": "/tmp",
+    # N-files: the files written and synced (os.sync) inside the timing, not read back
+    "N-files": "/tmp",
 }
 
 
@@ -162,11 +189,24 @@ def native(role: str, model: str, rounds: int) -> None:
     inputs = [TokensPrompt(prompt_token_ids=p) for p in data]
     params = SamplingParams(max_tokens=1, temperature=0.0)
 
+    read_back = [True]  # N-files: read back the first pass's first 8 files for the parity check
+
     def run(batch):
         started = time.perf_counter()
         outputs = llm.generate(batch, params, use_tqdm=False)
         generated = time.perf_counter()
         paths = [o.kv_transfer_params["hidden_states_path"] for o in outputs]
+        if role == "N-files":
+            os.sync()
+            synced = time.perf_counter()
+            files = sum(os.path.getsize(p) for p in paths)
+            states = [load_hidden_states(path) for path in paths[:8]] if read_back[0] else []
+            read_back[0] = False
+            return (
+                states,
+                paths,
+                {"generate": generated - started, "sync": synced - generated, "file_bytes": files},
+            )
         states = [load_hidden_states(path) for path in paths]
         loaded = time.perf_counter()
         rss_loaded = rss()
@@ -187,6 +227,7 @@ def native(role: str, model: str, rounds: int) -> None:
 
     print(json.dumps({"rss_after_engine_start": rss()}), flush=True)
     states, paths, _ = run(inputs[:8])  # warm-up
+    read_back[0] = True
     for path in paths:
         cleanup_hidden_states(path)
     times, phases = [], []
@@ -199,16 +240,17 @@ def native(role: str, model: str, rounds: int) -> None:
         if n == 0:
             order_ok = sum(
                 torch.equal(s["token_ids"].to(torch.long), torch.tensor(p, dtype=torch.long))
-                for s, p in zip(states, data, strict=True)
+                for s, p in zip(states, data[: len(states)], strict=True)
             )
             first = states[0]["hidden_states"]
             print(
                 json.dumps(
                     {
-                        "token_ids_match_prompts": f"{order_ok}/{len(data)}",
+                        "token_ids_match_prompts": f"{order_ok}/{len(states)}",
                         "hidden_states_shape_0": list(first.shape),
                         "hidden_states_dtype": str(first.dtype),
                         "file_bytes_total": sum(os.path.getsize(p) for p in paths),
+                        "storage": storage,
                     }
                 ),
                 flush=True,
@@ -302,8 +344,7 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
     else:
         import spec_compat
 
-        stock = role.startswith("B-stock")
-        spec_compat.apply(exclude=TRANSPORT if stock else {"B-shm-nochecks": CHECKS}.get(role))
+        spec_compat.apply(exclude=EXCLUDED.get(role))
         if role == "B-stock-64":  # the first two of the 32-prompt calls the full run makes
             data = data[:64]
             tokens = sum(map(len, data))
@@ -335,7 +376,9 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
         executor.collective_rpc = timed("rpc", executor.collective_rpc)
         generator.scheduler.schedule = timed("schedule", generator.scheduler.schedule)
         generator.generate(data[:8])
-        for n in range(rounds):
+        if role in FILE_BATCH:
+            times = [to_files(generator, data, FILE_BATCH[role], phases) for _ in range(rounds)]
+        for n in range(0 if role in FILE_BATCH else rounds):
             phases.clear()
             started = time.perf_counter()
             results = generator.generate(data)
@@ -378,6 +421,53 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
     )
 
 
+def to_files(generator, data: list[list[int]], batch: int, phases: dict) -> float:
+    """One pass of B-files: every sample in /tmp/b-files, synced; returns its seconds."""
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    folder = Path("/tmp/b-files")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    os.sync()
+    phases.clear()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        saves = []
+        for start in range(0, len(data), batch):
+            for i, r in enumerate(generator.generate(data[start : start + batch]), start):
+                sample = {
+                    "input_ids": r["input_ids"],
+                    "hidden_states": r["hidden_states"],
+                    "loss_mask": torch.ones_like(r["input_ids"]),
+                }
+                saves.append(pool.submit(torch.save, sample, folder / f"data_{i}.pt"))
+        generated = time.perf_counter()
+        for save in saves:
+            save.result()
+    saved = time.perf_counter()
+    os.sync()
+    done = time.perf_counter()
+    files = sum(p.stat().st_size for p in folder.iterdir())
+    print(
+        json.dumps(
+            {
+                "phases": phases
+                | {
+                    "until_last_generate": generated - started,
+                    "saves_after_it": saved - generated,
+                    "sync": done - saved,
+                    "file_bytes": files,
+                }
+            }
+        ),
+        flush=True,
+    )
+    return done - started
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--role" and sys.argv[2] in NATIVE_ROLES:
         native(sys.argv[2], sys.argv[3], int(sys.argv[4]))
@@ -402,6 +492,10 @@ def main() -> None:
         # bitwise reference for the first 64 prompts at a quarter of B-stock's time
         # (spec_compat cuts every call into 32-prompt calls: these are the same two)
         ("B-stock-64", 1, "/tmp/stock.pt"),
+        ("B-nopipe", 2, None),  # B-shm without executor_pipelined_steps
+        ("B-files", 2, None),
+        ("B-files-256", 2, None),
+        ("N-files", 2, None),
         ("B-shm-nochecks", 2, None),
         ("B-shm-t8", 3, None),  # B-shm with 8 host copy threads (4 layers: 4 busy)
         ("B-shm-t2", 3, None),  # B-shm with 2 host copy threads

@@ -15,6 +15,8 @@ WORKER = "speculators.data_generation.custom_worker"
 RESET_CAPTURE = "_reset_capture"
 STORE_CAPTURED = "_store_captured_states"
 GET_CAPTURED = "_get_captured_states"
+#: speculators 0.4.x: the prefill rows of each request in the coming step
+SET_METADATA = "_set_request_metadata"
 #: added by shm_transport_worker: the driver holds no result in these segments any more
 RECYCLE_SEGMENTS = "_spec_compat_recycle"
 

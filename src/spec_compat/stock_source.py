@@ -67,3 +67,50 @@ def stock_mentions(module: ModuleType | str, dotted: str) -> bool:
         for node in ast.walk(tree(name))
         if isinstance(node, ast.Attribute | ast.Name)
     )
+
+
+def _first_argument(node: ast.Call) -> object:
+    first = node.args[0] if node.args else None
+    return first.value if isinstance(first, ast.Constant) else None
+
+
+def stock_ignores_result(module: ModuleType | str, callee: str, method: str | None = None) -> bool:
+    """True when the stock code never reads what `callee(...)` returns (and calls it at
+    least once); `method`: only the calls whose first argument is that string.  A value is
+    ignored when its call is a statement of its own, or when it is assigned to a name that
+    is only ever passed, whole, to calls whose values are ignored in turn."""
+    name = module if isinstance(module, str) else module.__name__
+    parents = {child: node for node in ast.walk(tree(name)) for child in ast.iter_child_nodes(node)}
+
+    def ignored(call: ast.Call) -> bool:
+        parent = parents.get(call)
+        if isinstance(parent, ast.Expr):
+            return True
+        if not (
+            isinstance(parent, ast.Assign)
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0], ast.Name)
+        ):
+            return False
+        var = parent.targets[0].id
+        scope = parent
+        while scope in parents and not isinstance(scope, ast.FunctionDef):
+            scope = parents[scope]
+        reads = [
+            n
+            for n in ast.walk(scope)
+            if isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Load)
+        ]
+        return all(
+            isinstance(user := parents.get(read), ast.Call) and read in user.args and ignored(user)
+            for read in reads
+        )
+
+    calls = [
+        node
+        for node in ast.walk(tree(name))
+        if isinstance(node, ast.Call)
+        and dotted_name(node.func) == callee
+        and (method is None or _first_argument(node) == method)
+    ]
+    return bool(calls) and all(ignored(call) for call in calls)

@@ -23,6 +23,8 @@ from .harness import RUNNER, TOLERANCE, compare, run_stock
 
 pytestmark = pytest.mark.e2e
 TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
+#: the stock path: its own transport, and each step's calls waited for one by one
+STOCK_PATH = [*TRANSPORT, "executor_pipelined_steps"]
 
 
 def segments() -> set[str]:
@@ -73,7 +75,7 @@ def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
     fast = run_stock(
         speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, extra={"drop_results": True}
     )
-    stock = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, exclude=TRANSPORT)
+    stock = run_stock(speculators_dir, tiny_llama, prompts, LAYERS, calls=calls, exclude=STOCK_PATH)
     (worker,) = fast.data["worker"]
     assert worker["transport"] == ("per layer" if line.startswith("0.3") else "per request")
     assert stock.data["worker"] == [None] or not stock.data["worker"][0]["transport"]
@@ -93,6 +95,35 @@ def test_transport_is_bitwise_the_stock_path(line, speculators_dir, tiny_llama):
                 # must not save a whole shared segment
                 assert x.untyped_storage().nbytes() == x.numel() * x.element_size()
     assert not leaked(before)
+
+
+@pytest.mark.fault
+def test_a_worker_error_in_a_pipelined_step_fails_the_call_and_the_next_is_exact(
+    line, speculators_dir, tiny_llama, llama_oracle
+):
+    """A step that fails in the worker (an out-of-vocabulary id, with the driver's prompt
+    check off) fails its call, however many replies were outstanding; the call after it
+    is exact."""
+    if line.startswith("0.3"):
+        pytest.skip("executor_pipelined_steps serves the 0.4.x loop")
+    good = tiny_models.random_prompts(40, 200, 450, seed=31)  # 32 a call: two steps or more
+    bad = [p.copy() for p in good]
+    bad[3][50] = tiny_models.VOCAB + 7  # in the first step: later calls go out before its reply
+    run = run_stock(
+        speculators_dir,
+        tiny_llama,
+        bad + good,
+        LAYERS,
+        calls=[list(range(40)), list(range(40, 80))],
+        exclude=["generate_checks"],
+        extra={"catch_errors": True},
+    )
+    assert run.data is not None, run.tail
+    failed, after = run.data["results"]
+    assert isinstance(failed, dict) and "index out of range" in failed["error"], failed
+    states = {r["name"]: r["state"] for r in run.data["status"]}
+    assert states["executor_pipelined_steps"] == "applied"
+    assert compare(after, good, llama_oracle(good)) <= TOLERANCE
 
 
 @pytest.mark.fault

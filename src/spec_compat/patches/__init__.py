@@ -33,6 +33,7 @@ ORDER = (
     "model_runner_v1",
     "v030_collective_rpc_reply",
     "v030_capture_guard",
+    "executor_pipelined_steps",  # below executor_rpc_in_step: a Ctrl-C waits for its replies
     "executor_rpc_in_step",
     "cpu_torch_mem_get_info",
     "cpu_mem_get_info",
