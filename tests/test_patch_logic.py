@@ -187,6 +187,8 @@ def test_input_that_is_not_exactly_token_ids_is_refused_with_the_shape():
     assert lists([[1, 2], (3,)]) == [[1, 2], [3]]
     assert lists(torch.tensor([[5, 6, 7]])) == [[5, 6, 7]]
     assert lists([torch.tensor([5, 6]), np.array([7], dtype=np.int64)]) == [[5, 6], [7]]
+    converted = lists([[np.int64(8), 9]])
+    assert converted == [[8, 9]] and {type(t) for t in converted[0]} == {int}
     refused = {
         "integers, got 1.5 (float)": [[1.5, 2.7]],
         "integers, got 2.0 (float)": torch.tensor([[2.0]]),

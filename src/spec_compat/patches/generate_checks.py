@@ -70,13 +70,15 @@ def token_lists(token_ids: Any) -> list[list[int]]:
                 f"{where} is {type(prompt).__name__} {prompt!r:.40}, not a list; {SHAPE}"
             )
         ids = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)
-        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
-        if bad:
-            raise ValueError(
-                f"{where}: token ids must be integers, got {bad[0]!r} "
-                f"({type(bad[0]).__name__}); {SHAPE}"
-            )
-        prompts.append([int(t) for t in ids])
+        if not set(map(type, ids)) <= {int}:  # plain ints (the usual case) need no pass
+            bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+            if bad:
+                raise ValueError(
+                    f"{where}: token ids must be integers, got {bad[0]!r} "
+                    f"({type(bad[0]).__name__}); {SHAPE}"
+                )
+            ids = [int(t) for t in ids]
+        prompts.append(ids)
     return prompts
 
 
