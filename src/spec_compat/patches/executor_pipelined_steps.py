@@ -5,8 +5,8 @@ Why: each step of the 0.4.x loop makes three blocking calls on the workers
     (``_set_request_metadata``, ``execute_model``, ``sample_tokens``) and reads none of
     their replies.  The ``sample_tokens`` reply comes only once the GPU has finished the
     step, so the driver schedules the next step, and the worker prepares it, while the
-    GPU waits: on an H200 the loop took 1.22 s of a 1.33 s pass that bare prefill runs in
-    1.0 s.
+    GPU waits (H200, 330k tokens: 1.58 s a pass, 224k tokens/s with this patch against
+    209k without; bare prefill 1.01 s).
 How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_rpc`` sends
     those three calls with ``non_block=True`` (vLLM's ordered futures, as its engine core
     uses with asynchronous scheduling) and keeps them; it waits for the oldest replies
