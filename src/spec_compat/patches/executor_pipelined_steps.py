@@ -47,7 +47,7 @@ def probe(module: ModuleType) -> Verdict:
         return Verdict(Need.UNKNOWN, "no MultiprocExecutor.collective_rpc", "the RPC changed")
     found = signature_text(executor.collective_rpc)
     futures = getattr(inspect.getmodule(executor), "FutureWrapper", None)
-    if "non_block" not in found or futures is None or not hasattr(futures, "__init__"):
+    if "non_block" not in found or futures is None:
         return Verdict(Need.NOT_NEEDED, found, "no non-blocking RPCs: steps stay blocking")
     if "futures_queue" not in signature_text(futures.__init__):
         return Verdict(Need.NOT_NEEDED, found, "futures not resolved in order: steps stay blocking")
