@@ -7,7 +7,7 @@ import re
 import pytest
 
 from spec_compat.capture import UnsupportedModel, check_layer_ids
-from spec_compat.patches import generate_checks
+from spec_compat.patches import generate_checks, v04_batches_of_max_num_seqs
 from spec_compat.patches.worker_eagle3_capture import CaptureUnsupported, Eagle3Capture
 
 
@@ -220,3 +220,14 @@ def test_the_stock_del_is_quiet_only_while_the_interpreter_exits(monkeypatch):
         quiet(object())  # in a running program the stock behaviour stands
     finalizing[0] = True
     quiet(object())
+
+
+def test_calls_are_cut_by_prompt_count_and_by_free_kv_blocks():
+    cut = v04_batches_of_max_num_seqs.slices
+    assert cut([10] * 5, 32, 100, [16]) == [range(0, 5)]
+    assert cut([10] * 5, 2, 100, [16]) == [range(0, 2), range(2, 4), range(4, 5)]
+    # 17 tokens take 2 blocks of 16; two KV groups (full + sliding) each take theirs
+    assert cut([17, 17, 17], 32, 4, [16]) == [range(0, 2), range(2, 3)]
+    assert cut([17, 17], 32, 4, [16, 16]) == [range(0, 1), range(1, 2)]
+    # a prompt that alone needs more than is free goes alone: the stock call decides
+    assert cut([5, 500, 5], 32, 4, [16]) == [range(0, 1), range(1, 2), range(2, 3)]

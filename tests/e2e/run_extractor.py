@@ -6,7 +6,8 @@ SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int
        "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
        "exclude": [...]|null, "out": file.pt, "catch_errors": bool,
        "tensor_parallel_size": int, "drop_results": bool, "model_options": {...},
-       "interrupt_call": n, "sigint_in_reply_call": n, "kill_worker_call": n}
+       "interrupt_call": n, "sigint_in_reply_call": n, "kill_worker_call": n,
+       "kv_blocks": n}
 
 With "models": [dir, or [dir, layers]] instead of "model", one generator per model is
 built in turn in this one process (the architecture sweep), each serving every call; a
@@ -103,6 +104,18 @@ def interrupt_second_step(generator):
     return lambda: vars(executor).pop("execute_model", None)
 
 
+def small_kv_cache(gen, blocks: int) -> None:
+    """Test-only: a KV cache of `blocks` blocks, as a large model leaves on a GPU."""
+    stock = gen.CacheConfig
+
+    def cache_config(*args, **kwargs):
+        config = stock(*args, **kwargs)
+        config.num_gpu_blocks_override = blocks
+        return config
+
+    gen.CacheConfig = cache_config
+
+
 def shm_free_mb() -> float:
     free = os.statvfs("/dev/shm")
     return free.f_bavail * free.f_frsize / 2**20
@@ -176,6 +189,8 @@ def main() -> None:
     # test-only, in this process: float32 for the oracle; AMX MLA (picked when the CPU has
     # AMX) runs bf16 only, so MLA models are pinned to vLLM's float32-capable CPU_MLA
     float32_engine(gen, spec.get("model_options"), spec.get("attention_backend"))
+    if spec.get("kv_blocks"):
+        small_kv_cache(gen, spec["kv_blocks"])
 
     if "models" in spec:
         sweep = {}

@@ -126,6 +126,36 @@ def test_results_in_input_order_and_more_than_32_prompts(
     assert "not found in captured states" in thirty_three["error"]
 
 
+def test_a_call_larger_than_the_kv_cache_is_exact(
+    line, speculators_dir, tiny_llama, long_prompts, long_oracle
+):
+    """32 prompts of ~24k tokens against a KV cache of 9,600 tokens (as 32 long prompts meet a
+    large model's cache): exact in input order with spec_compat; the stock 0.4.x loop, which
+    keeps every request of a call running until all are prefilled, fails after computing
+    the prompts that fit."""
+    if not line.startswith("0.4"):
+        pytest.skip("speculators 0.4.x only: 0.3.0 finishes each request as it is prefilled")
+    blocks = {"kv_blocks": 300, "catch_errors": True}  # 300 blocks of 32 tokens on the CPU
+    runs = {
+        name: run_stock(
+            speculators_dir,
+            tiny_llama,
+            long_prompts,
+            LAYERS,
+            max_model_len=LONG_MODEL_LEN,
+            exclude=exclude,
+            extra=blocks,
+        )
+        for name, exclude in (("patched", None), ("stock", ["v04_batches_of_max_num_seqs"]))
+    }
+    for run in runs.values():
+        assert run.returncode == 0, run.tail
+    (patched,) = runs["patched"].data["results"]
+    assert compare(patched, long_prompts, long_oracle) <= TOLERANCE
+    (stock,) = runs["stock"].data["results"]
+    assert "not found in captured states" in stock["error"], stock
+
+
 def test_batch_sizes_shared_prefixes_and_length_limits(patched_battery, llama_oracle):
     """Batches of 1, 8 and 64 (two scheduler passes of 32 on 0.4.x, steps over the 8,192-token
     budget on 0.3.0), 24 prompts sharing a 300-token prefix, and prompts of exactly
