@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the carry kit for real CUDA vLLM 0.24.0 on the lent H200 (shared/docs/gpu-h200-recipe.md),
 # scripted end to end: download, strip, add the cp312 wheels the GPU image lacks, pack, split.
-#   bash benchmarks/gpu/build_kit.sh        -> .gpukit/kit.tar.xz.part-{aa,ab}  (git-ignored)
+#   bash benchmarks/gpu/build_kit.sh  -> .gpukit/kit.tar.xz.part-{aa,ab}, moe.so.xz (git-ignored)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -22,6 +22,9 @@ PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp
 python3 -m pip download -q --no-deps "${PLAT[@]}" -d "$WORK/dl" vllm==0.24.0
 mkdir -p "$WORK/site"
 unzip -q "$WORK"/dl/vllm-0.24.0-*.whl -d "$WORK/site"
+# vLLM's MoE kernels travel apart (.gpukit/moe.so.xz, 39 MB: a third staging call), only
+# for MODEL=moe
+xz -9 -T2 -c "$WORK"/site/vllm/_moe_C_stable_libtorch.abi3.so > "$OUT/moe.so.xz"
 rm -f "$WORK/site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$WORK"/site/vllm/_moe_C_stable_libtorch*.so
 rm -rf "$WORK/site/vllm/third_party/deep_gemm" "$WORK/site/vllm/third_party/fmha_sm100"
 find "$WORK/site" -name 'vllm-rs' -type f -delete

@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 #: MODEL=mla: a random DeepSeek-V2-shaped model (MLA attention, 12 dense layers) instead
 #: of the 16-layer Llama; the same roles run on it (issue 18's MLA goal)
-MLA = os.environ.get("MODEL") == "mla"
+MLA = os.environ.get("MODEL") in ("mla", "moe")
+#: MODEL=moe: DeepSeek-V3-shaped instead (MLA, one dense layer, then 32 sigmoid-routed
+#: experts, 4 a token in 4 groups, and a shared expert); needs vLLM's _moe_C (run_h200.sh)
+MOE = os.environ.get("MODEL") == "moe"
 LAYERS = [2, 6, 9, 11] if MLA else [2, 8, 13, 15]
 TRANSPORT = ["shm_transport_driver", "shm_transport_worker"]
 CHECKS = ["generate_checks"]  # B-shm-nochecks: what the NaN/zero/row checks cost
@@ -38,6 +41,9 @@ EXCLUDED = {
 #: B-files: the 0.4.x data script's loop (calls of 8 prompts, 4 writer threads, one
 #: torch.save per sample while the next call computes, then os.sync); B-files-256: one call
 FILE_BATCH = {"B-files": 8, "B-files-256": 256}
+#: B-seqs256: B-shm with speculators' own MAX_NUM_SEQS at 256 (one pass a call; safe since
+#: calls are cut by free KV blocks too); B-tuned: and 16,384-token steps (vLLM's default here)
+ENGINE = {"B-seqs256": (256, None), "B-tuned": (256, 16384)}
 #: copy threads of the B-shm variants (default: 4, a layer each)
 ROLE_ENV = {
     "B-shm-t8": {"SPEC_COMPAT_COPY_THREADS": "8"},
@@ -54,7 +60,12 @@ ROLE_ENV = {
 
 def build_model(directory: Path) -> None:
     import torch
-    from transformers import AutoModelForCausalLM, DeepseekV2Config, LlamaConfig
+    from transformers import (
+        AutoModelForCausalLM,
+        DeepseekV2Config,
+        DeepseekV3Config,
+        LlamaConfig,
+    )
 
     from e2e import tiny_models
 
@@ -70,8 +81,26 @@ def build_model(directory: Path) -> None:
         "v_head_dim": 128,
         "num_key_value_heads": 16,
     }
-    config = (DeepseekV2Config if MLA else LlamaConfig)(
-        **(mla if MLA else {"num_hidden_layers": 16, "num_key_value_heads": 8}),
+    moe = {
+        "first_k_dense_replace": 1,
+        "n_routed_experts": 32,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1024,
+        "n_group": 4,
+        "topk_group": 2,
+        "topk_method": "noaux_tc",  # the released config's routing keys, which vLLM reads
+        "scoring_func": "sigmoid",
+    }
+    kind = DeepseekV3Config if MOE else DeepseekV2Config if MLA else LlamaConfig
+    config = kind(
+        **(
+            mla | moe
+            if MOE
+            else mla
+            if MLA
+            else {"num_hidden_layers": 16, "num_key_value_heads": 8}
+        ),
         vocab_size=32000,
         hidden_size=2048,
         intermediate_size=5632,
@@ -349,11 +378,13 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
             data = data[:64]
             tokens = sum(map(len, data))
         import torch
-        from speculators.data_generation.vllm_hidden_states_generator import (
-            VllmHiddenStatesGenerator,
-        )
+        from speculators.data_generation import vllm_hidden_states_generator as gen
 
-        generator = VllmHiddenStatesGenerator(model, layer_ids=LAYERS, max_model_len=2048)
+        seqs, step_tokens = ENGINE.get(role, (gen.MAX_NUM_SEQS, None))
+        gen.MAX_NUM_SEQS = seqs
+        generator = gen.VllmHiddenStatesGenerator(
+            model, layer_ids=LAYERS, max_model_len=2048, max_num_batched_tokens=step_tokens
+        )
         rpc_seconds = []
         phases: dict[str, float] = {}
 
@@ -493,6 +524,8 @@ def main() -> None:
         # (spec_compat cuts every call into 32-prompt calls: these are the same two)
         ("B-stock-64", 1, "/tmp/stock.pt"),
         ("B-nopipe", 2, None),  # B-shm without executor_pipelined_steps
+        ("B-seqs256", 4, "/tmp/seqs.pt"),
+        ("B-tuned", 4, None),
         ("B-files", 2, None),
         ("B-files-256", 2, None),
         ("N-files", 2, None),
@@ -595,6 +628,15 @@ def compare(summary: dict) -> None:
             for pa, pb in zip(a, b, strict=True)
             for x, y in zip(pa, pb, strict=True)
         )
+    if Path("/tmp/seqs.pt").exists() and Path("/tmp/stock.pt").exists():
+        import torch
+
+        a, b = torch.load("/tmp/seqs.pt"), torch.load("/tmp/stock.pt")
+        pairs = [(x, y) for pa, pb in zip(a, b, strict=True) for x, y in zip(pa, pb, strict=True)]
+        summary["B-seqs256_vs_stock_first_64_prompts"] = {
+            "bitwise": all(torch.equal(x, y) for x, y in pairs),
+            "max_abs_diff": max((x.float() - y.float()).abs().max().item() for x, y in pairs),
+        }
     for role in NATIVE_ROLES:
         if Path(f"/tmp/native-{role}.pt").exists() and Path("/tmp/shm.pt").exists():
             try:
