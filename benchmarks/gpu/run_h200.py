@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -511,6 +512,10 @@ def main() -> None:
     out_dir = Path(os.environ.get("OUT", "/tmp/out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     model = Path("/tmp/h200-model")
+    # a warm machine's later call (another MODEL) starts clean: no stale shards or dumps
+    shutil.rmtree(model, ignore_errors=True)
+    for dump in Path("/tmp").glob("*.pt"):
+        dump.unlink()
     started = time.perf_counter()
     build_model(model)
     print(f"model built in {time.perf_counter() - started:.1f} s", flush=True)
