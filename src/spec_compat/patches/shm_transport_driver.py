@@ -16,7 +16,8 @@ How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_r
     workers (``_spec_compat_recycle``), which reuse them: memory written before is several
     times faster to fill than fresh memory.
     A worker's ``ShmFull`` (a full ``/dev/shm``) reaches the caller as ``ShmFull``, a
-    ``MemoryError`` with the sizes and the fix, not as vLLM's ``RuntimeError``.
+    ``MemoryError`` with the sizes and the fix, not as vLLM's ``RuntimeError``; also from
+    a non-blocking reply (``executor_pipelined_steps``), when it is collected.
     Values are bitwise the stock ones.  A reply without descriptors (the worker fell back)
     passes through untouched.  Attachments close on ``shutdown()`` and at exit.
 Upstream change: none.
@@ -38,7 +39,7 @@ from ..names import (
     WORKER_CHECKS,
 )
 from ..patch import Patch
-from ..transport import Attachments, ShmFull, shm_free_bytes
+from ..transport import Attachments, ShmFull, ShmFullOnCollect, shm_free_bytes
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -62,7 +63,9 @@ def wrap(original: type) -> type:
             # a new call: segments whose results are gone go back to the workers for reuse
             if method == RESET_CAPTURE and attachments and (free := attachments.released()):
                 super().collective_rpc(RECYCLE_SEGMENTS, args=(free,))
-            if method != GET_CAPTURED or kwargs.get("non_block"):
+            if kwargs.get("non_block"):  # pipelined steps collect it later
+                return ShmFullOnCollect(reply)
+            if method != GET_CAPTURED:
                 return reply
             if self._spec_compat_attachments is None:
                 self._spec_compat_attachments = Attachments()

@@ -160,6 +160,22 @@ class ShmFull(MemoryError):
         return cls(text[start : end if end > 0 else None])
 
 
+class ShmFullOnCollect:
+    """A non-blocking reply (vLLM's future) whose worker ShmFull is raised as ShmFull when
+    collected, as a blocking call raises it."""
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            return self.future.result(timeout)
+        except RuntimeError as exc:
+            if full := ShmFull.from_worker(exc):
+                raise full from exc
+            raise
+
+
 def reserve(fd: int, offset: int, nbytes: int) -> None:
     try:
         os.posix_fallocate(fd, offset, nbytes)
