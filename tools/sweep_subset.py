@@ -1,0 +1,57 @@
+"""Run some of the architecture sweep's models in one extractor process, in the given order,
+and print each one's error against transformers (what `test_architectures` judges).
+
+    python tools/sweep_subset.py SPECULATORS_DIR Arch1,Arch2 [--exclude p1,p2]
+
+For bisecting a sweep failure without the full sweep: the same prompts, layer ids and
+one-process sequence of generators; models are built under /tmp/sweep-subset and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from e2e import sweep
+from e2e.harness import compare, oracle, run_stock
+from e2e.test_architectures import PROMPTS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("speculators_dir", type=Path)
+    parser.add_argument("architectures")
+    parser.add_argument("--exclude", default="")
+    args = parser.parse_args()
+    archs = args.architectures.split(",")
+    exclude = [name for name in args.exclude.split(",") if name] or None
+    built = []
+    for arch in archs:
+        directory = Path("/tmp/sweep-subset") / arch
+        built.append(
+            directory if (directory / "config.json").exists() else sweep.build(arch, directory)
+        )
+    run = run_stock(
+        args.speculators_dir,
+        built[0],
+        PROMPTS,
+        sweep.SWEEP_LAYER_IDS,
+        exclude=exclude,
+        extra={"models": [str(p) for p in built]},
+        timeout=3600,
+    )
+    assert run.data is not None, run.tail
+    for arch, model in zip(archs, built, strict=True):
+        got = run.data["sweep"][str(model)]
+        if isinstance(got, dict):
+            print(arch, "error:", got["error"][-300:])
+            continue
+        want = oracle(model, PROMPTS, sweep.SWEEP_LAYER_IDS)
+        print(f"{arch}: relative error {compare(got[0], PROMPTS, want):.2e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
