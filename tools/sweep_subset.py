@@ -1,5 +1,5 @@
 """Run some of the architecture sweep's models in one extractor process, in the given order,
-and print each one's error against transformers (what `test_architectures` judges).
+and print each one's outcome as `test_architectures` judges it.
 
     python tools/sweep_subset.py SPECULATORS_DIR Arch1,Arch2 [--exclude p1,p2]
 
@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from e2e import sweep
-from e2e.harness import compare, oracle, run_stock
-from e2e.test_architectures import PROMPTS
+from e2e.harness import run_stock
+from e2e.test_architectures import PROMPTS, judge
 
 
 def main() -> None:
@@ -44,13 +44,8 @@ def main() -> None:
         timeout=3600,
     )
     assert run.data is not None, run.tail
-    for arch, model in zip(archs, built, strict=True):
-        got = run.data["sweep"][str(model)]
-        if isinstance(got, dict):
-            print(arch, "error:", got["error"][-300:])
-            continue
-        want = oracle(model, PROMPTS, sweep.SWEEP_LAYER_IDS)
-        print(f"{arch}: relative error {compare(got[0], PROMPTS, want):.2e}", flush=True)
+    for arch, model in zip(archs, built, strict=True):  # judged as test_architectures does
+        print(judge(arch, "?", "?", model, run.data["sweep"].get(str(model))), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the device machine, in the repo root, after stage 1 copied .gpukit/kit.tar.xz.part-aa
-# (and, for MODEL=moe, .gpukit/moe.so.xz) to /tmp/stage: reassemble, unpack, install spec_compat's start-up hook, run the experiment.
+# (and, for MODEL=moe, .gpukit/moe.so.xz) to /tmp/stage: reassemble, unpack, install
+# spec_compat's start-up hook, run the experiment.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1

@@ -39,7 +39,7 @@ from ..names import (
     WORKER_CHECKS,
 )
 from ..patch import Patch
-from ..transport import Attachments, ShmFull, ShmFullOnCollect, shm_free_bytes
+from ..transport import Attachments, ShmFullOnCollect, shm_free_bytes, shm_full_from_worker
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -53,12 +53,8 @@ def wrap(original: type) -> type:
         _spec_compat_attachments: Attachments | None = None
 
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
+            with shm_full_from_worker():  # the worker's ShmFull, a MemoryError here too
                 reply = super().collective_rpc(method, *args, **kwargs)
-            except RuntimeError as exc:  # the worker's ShmFull, as a MemoryError here too
-                if full := ShmFull.from_worker(exc):
-                    raise full from exc
-                raise
             attachments = self._spec_compat_attachments
             # a new call: segments whose results are gone go back to the workers for reuse
             if method == RESET_CAPTURE and attachments and (free := attachments.released()):

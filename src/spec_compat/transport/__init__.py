@@ -25,7 +25,7 @@ speculators' worker does with them is `spec_compat.patches._worker_transport`.
 """
 
 from .driver import Attachments, handed_over_class
-from .shm import Arena, Segment, SegmentPool, ShmFull, ShmFullOnCollect
+from .shm import Arena, Segment, SegmentPool, ShmFull, ShmFullOnCollect, shm_full_from_worker
 from .wire import PREFIX, SHM_DIR, ArenaTensor, adjacent_view, shm_free_bytes, to_descriptors
 from .worker import CallStore, Copier
 
@@ -44,5 +44,6 @@ __all__ = [
     "adjacent_view",
     "handed_over_class",
     "shm_free_bytes",
+    "shm_full_from_worker",
     "to_descriptors",
 ]

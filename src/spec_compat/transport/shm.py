@@ -7,6 +7,7 @@ import errno
 import os
 import secrets
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +161,17 @@ class ShmFull(MemoryError):
         return cls(text[start : end if end > 0 else None])
 
 
+@contextlib.contextmanager
+def shm_full_from_worker() -> Iterator[None]:
+    """Raise a worker's ShmFull, which vLLM reports as a RuntimeError, as ShmFull."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if full := ShmFull.from_worker(exc):
+            raise full from exc
+        raise
+
+
 class ShmFullOnCollect:
     """A non-blocking reply (vLLM's future) whose worker ShmFull is raised as ShmFull when
     collected, as a blocking call raises it."""
@@ -168,12 +180,8 @@ class ShmFullOnCollect:
         self.future = future
 
     def result(self, timeout: float | None = None) -> Any:
-        try:
+        with shm_full_from_worker():
             return self.future.result(timeout)
-        except RuntimeError as exc:
-            if full := ShmFull.from_worker(exc):
-                raise full from exc
-            raise
 
 
 def reserve(fd: int, offset: int, nbytes: int) -> None:
