@@ -1,4 +1,4 @@
-"""Sessions: `nox -s ci` (what CI runs, ~28 min on 2 cores), `nox -s exhaustive` (every
+"""Sessions: `nox -s ci` (what CI runs, ~32-36 min on 2 cores), `nox -s exhaustive` (every
 proof on vLLM 0.32.0), `nox -s vision` (multimodal wrappers), `nox -s "e2e(vllm='0.32.0')"`,
 `nox -s faults` (the fault suite of issue 20, in full), `nox -s lint`, `nox -s nightly`.
 

@@ -126,6 +126,7 @@ def test_results_in_input_order_and_more_than_32_prompts(
     assert "not found in captured states" in thirty_three["error"]
 
 
+@pytest.mark.exhaustive  # two runs of ~24k tokens: 1.5-3 min, so CI leaves it out
 def test_a_call_larger_than_the_kv_cache_is_exact(
     line, speculators_dir, tiny_llama, long_prompts, long_oracle
 ):
