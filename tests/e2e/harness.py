@@ -104,6 +104,22 @@ def run_stock(
         return Run(proc.returncode, proc.stdout, data, calls)
 
 
+def patched_and_stock_with_a_small_kv_cache(
+    speculators_dir: Path, model: Path, prompts: list[list[int]], layers: list[int], **kwargs: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One call of `prompts` against 300 KV blocks, with spec_compat and again without
+    `v04_batches_of_max_num_seqs`: (the patched results, the stock call's record)."""
+    extra = kwargs.pop("extra", {}) | {"kv_blocks": 300, "catch_errors": True}
+    runs = [
+        run_stock(speculators_dir, model, prompts, layers, exclude=exclude, extra=extra, **kwargs)
+        for exclude in (None, ["v04_batches_of_max_num_seqs"])
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.tail
+    (patched,), (stock,) = (run.data["results"] for run in runs)
+    return patched, stock
+
+
 def child_env(speculators_dir: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}
     env |= {

@@ -9,7 +9,15 @@ import pytest
 
 from . import tiny_models
 from .conftest import LAYERS
-from .harness import TOLERANCE, compare, native_reference, oracle, outcome, run_stock
+from .harness import (
+    TOLERANCE,
+    compare,
+    native_reference,
+    oracle,
+    outcome,
+    patched_and_stock_with_a_small_kv_cache,
+    run_stock,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.exhaustive]
 
@@ -201,21 +209,13 @@ def test_a_call_larger_than_the_kv_cache_is_exact_on_a_hybrid_model(
     if family != "gpt_oss" or not line.startswith("0.4"):
         pytest.skip("the hybrid KV cut: gpt-oss on speculators 0.4.x")
     prompts = tiny_models.random_prompts(16, 500, 1000, seed=7)
-    runs = {
-        name: run_stock(
-            speculators_dir,
-            family_model,
-            prompts,
-            LAYERS,
-            max_model_len=1024,
-            exclude=exclude,
-            extra=extractor_options(family) | {"kv_blocks": 300, "catch_errors": True},
-        )
-        for name, exclude in (("patched", None), ("stock", ["v04_batches_of_max_num_seqs"]))
-    }
-    for run in runs.values():
-        assert run.returncode == 0, run.tail
-    (patched,) = runs["patched"].data["results"]
+    patched, stock = patched_and_stock_with_a_small_kv_cache(
+        speculators_dir,
+        family_model,
+        prompts,
+        LAYERS,
+        max_model_len=1024,
+        extra=extractor_options(family),
+    )
     assert compare(patched, prompts, oracle(family_model, prompts, LAYERS)) <= TOLERANCE
-    (stock,) = runs["stock"].data["results"]
     assert "not found in captured states" in stock["error"], stock

@@ -6,7 +6,13 @@ import pytest
 
 from . import battery, tiny_models
 from .conftest import LAYERS
-from .harness import TOLERANCE, compare, outcome, run_stock
+from .harness import (
+    TOLERANCE,
+    compare,
+    outcome,
+    patched_and_stock_with_a_small_kv_cache,
+    run_stock,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -136,24 +142,10 @@ def test_a_call_larger_than_the_kv_cache_is_exact(
     the prompts that fit."""
     if not line.startswith("0.4"):
         pytest.skip("speculators 0.4.x only: 0.3.0 finishes each request as it is prefilled")
-    blocks = {"kv_blocks": 300, "catch_errors": True}  # 300 blocks of 32 tokens on the CPU
-    runs = {
-        name: run_stock(
-            speculators_dir,
-            tiny_llama,
-            long_prompts,
-            LAYERS,
-            max_model_len=LONG_MODEL_LEN,
-            exclude=exclude,
-            extra=blocks,
-        )
-        for name, exclude in (("patched", None), ("stock", ["v04_batches_of_max_num_seqs"]))
-    }
-    for run in runs.values():
-        assert run.returncode == 0, run.tail
-    (patched,) = runs["patched"].data["results"]
+    patched, stock = patched_and_stock_with_a_small_kv_cache(  # 300 blocks of 32 tokens
+        speculators_dir, tiny_llama, long_prompts, LAYERS, max_model_len=LONG_MODEL_LEN
+    )
     assert compare(patched, long_prompts, long_oracle) <= TOLERANCE
-    (stock,) = runs["stock"].data["results"]
     assert "not found in captured states" in stock["error"], stock
 
 
