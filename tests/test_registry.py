@@ -354,14 +354,26 @@ def test_an_import_patch_is_decided_like_any_other(monkeypatch):
 
 
 def test_the_worker_transport_answers_the_drivers_recycle_call():
-    from spec_compat.names import GET_CAPTURED, RECYCLE_SEGMENTS, RESET_CAPTURE, STORE_CAPTURED
+    from spec_compat.names import (
+        GET_CAPTURED,
+        RECYCLE_SEGMENTS,
+        RESET_CAPTURE,
+        STORE_CAPTURED,
+        WORKER_TRANSPORT,
+    )
     from spec_compat.patches import shm_transport_worker
 
     stock = type("HiddenStatesWorkerExtension", (), dict.fromkeys(
         (RESET_CAPTURE, STORE_CAPTURED, GET_CAPTURED), lambda self, *a: None
     ))  # fmt: skip
     patched = shm_transport_worker.wrap(stock)
-    assert callable(getattr(patched, RECYCLE_SEGMENTS))
+    worker = patched()
+    released = []
+    transport = type("Transport", (), {"recycle": lambda self, names: released.append(names)})
+    setattr(worker, WORKER_TRANSPORT, transport())
+    # the driver's collective_rpc(RECYCLE_SEGMENTS, args=(free,)) calls it by that name
+    assert getattr(worker, RECYCLE_SEGMENTS)(["seg-a", "seg-b"]) is None
+    assert released == [["seg-a", "seg-b"]]
     # vLLM refuses an extension whose attributes collide with its worker's: ours are private
     assert all(n.startswith("_") for n in set(vars(patched)) - set(vars(stock)))
 
@@ -379,12 +391,23 @@ def test_a_former_patch_name_still_works_with_a_warning(monkeypatch):
         spec_compat.revert()
 
 
-def test_the_shared_names_match_what_a_launched_script_reads():
+def test_the_launched_script_reads_the_worker_checks_where_the_driver_writes_them():
+    """tests/e2e/run_extractor.py spells the attribute out (a script run by `spec-compat run`
+    never imports spec_compat): its literal must be the name the driver half writes."""
+    import ast
+
     from spec_compat import names
 
-    # tests/e2e/run_extractor.py spells it out: a script run by `spec-compat run` never
-    # imports spec_compat
-    assert names.WORKER_CHECKS == "spec_compat_worker_checks"
+    script = Path(__file__).parent / "e2e" / "run_extractor.py"
+    read = [
+        node.args[1].value
+        for node in ast.walk(ast.parse(script.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "getattr"
+        and ast.unparse(node.args[0]) == "generator.executor"
+        and isinstance(node.args[1], ast.Constant)
+    ]
+    assert read == [names.WORKER_CHECKS]
 
 
 def test_the_stock_source_reader_knows_which_replies_are_ignored(tmp_path, monkeypatch):
