@@ -64,9 +64,14 @@ class Rehearsal:
         return result
 
 
-def child_env() -> dict[str, str]:
+def child_env(pythonpath: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """The environment of a child that runs vLLM: no inherited patch selection (the child
+    applies its own), offline, a 1 GB KV cache on vLLM's CPU platform unless one is set;
+    `pythonpath` replaces PYTHONPATH (e.g. the folder holding one speculators line)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     return env | {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 
 
@@ -141,14 +146,18 @@ class Child:
             self.proc.wait()
 
 
-def compare(
+def worst_error(
     results: list[dict[str, Any]],
     prompts: list[list[int]],
     expected,
-    layers: list[int],
-    report: Rehearsal,
-) -> float:
-    """The worst relative error; raises with where the states differ when it is too large."""
+    layers: list[int] | None = None,
+    *,
+    tolerance: float = TOLERANCE,
+) -> tuple[float, str]:
+    """The worst relative error over prompts and layers, and where it is (how many of that
+    prompt's tokens differ by more than `tolerance`).  Raises `Stop` when the results are not
+    the prompts' (their number, order, layer count or shapes); `layers` names the layers in
+    messages (default: their positions)."""
     from .reference import relative_error
 
     if len(results) != len(prompts):
@@ -157,27 +166,44 @@ def compare(
     for i, (result, ids, want) in enumerate(zip(results, prompts, expected, strict=True)):
         if result["input_ids"].tolist() != ids:
             raise Stop(UNTRUSTED, f"result {i} is not prompt {i}: results out of order")
-        for layer, got, ref in zip(layers, result["hidden_states"], want, strict=True):
+        states = result["hidden_states"]
+        if len(states) != len(want):
+            raise Stop(UNTRUSTED, f"prompt {i}: {len(states)} layers, want {len(want)}")
+        named = layers if layers is not None else range(len(want))
+        for layer, got, ref in zip(named, states, want, strict=True):
             if tuple(got.shape) != tuple(ref.shape):
                 raise Stop(UNTRUSTED, f"prompt {i}: shape {tuple(got.shape)}, want {ref.shape}")
             error = relative_error(got, ref)
             if error > worst:
                 per_token = (got.float() - ref.float()).abs().amax(-1) / ref.float().abs().max()
-                off = (per_token > TOLERANCE).nonzero().flatten().tolist()
+                off = (per_token > tolerance).nonzero().flatten().tolist()
                 worst, where = (
                     error,
                     (
-                        f"prompt {i}, copy layer {layer}: {len(off)} of {len(ids)} tokens differ "
+                        f"prompt {i}, layer {layer}: {len(off)} of {len(ids)} tokens differ "
                         f"(first {off[:5]})"
                     ),
                 )
+    return worst, where
+
+
+def compare(
+    results: list[dict[str, Any]],
+    prompts: list[list[int]],
+    expected,
+    layers: list[int],
+    report: Rehearsal,
+    tolerance: float = TOLERANCE,
+) -> float:
+    """The worst relative error; raises with where the states differ when it is too large."""
+    worst, where = worst_error(results, prompts, expected, layers, tolerance=tolerance)
     report.max_relative_error = worst
-    if worst > TOLERANCE:
+    if worst > tolerance:
         raise Stop(
             UNTRUSTED,
-            f"states differ from the reference: {worst:.1e} > {TOLERANCE} at {where}.  Whole "
-            "rows shifted or swapped mean a capture error; a few isolated tokens in a model "
-            "with routed experts are usually near-tied router scores on which vLLM and "
+            f"states differ from the reference: {worst:.1e} > {tolerance} at copy {where}.  "
+            "Whole rows shifted or swapped mean a capture error; a few isolated tokens in a "
+            "model with routed experts are usually near-tied router scores on which vLLM and "
             "transformers pick different experts (such models are compared with vLLM's own "
             "states instead)",
         )

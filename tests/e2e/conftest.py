@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from . import battery, tiny_models
-from .harness import oracle, speculators_dirs
+from .harness import doctor_report, oracle, speculators_dirs
 
 LINES = sorted(speculators_dirs())
 #: decoder layers captured in the tests: 0..3 of a 4-layer model, the last one included
@@ -87,6 +87,12 @@ def patched_battery(speculators_dir, tiny_llama) -> battery.Battery:
     """The patched stock extractor, started once per speculators line, serving every named
     call of battery.planned_calls()."""
     return battery.run_battery(speculators_dir, tiny_llama, LAYERS)
+
+
+@pytest.fixture(scope="session")
+def patched_doctor(speculators_dir, tiny_llama) -> tuple[int, dict]:
+    """`doctor --json --model` for this speculators line: (exit code, report)."""
+    return doctor_report(speculators_dir, "--model", str(tiny_llama))
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spec_compat import rehearsal
 from spec_compat.reference import oracle, relative_error
+from spec_compat.registry import ENV_PATCHES, UnsupportedDrift
 
 __all__ = ["oracle", "relative_error"]  # the tests' reference, shared with `rehearse`
 
@@ -120,16 +122,24 @@ def patched_and_stock_with_a_small_kv_cache(
     return patched, stock
 
 
+def doctor_report(speculators_dir: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    """`python -m spec_compat doctor --json ARGS` with one speculators line: (exit, report)."""
+    env = {k: v for k, v in os.environ.items() if k != ENV_PATCHES}
+    env["PYTHONPATH"] = str(speculators_dir)
+    proc = subprocess.run(
+        [sys.executable, "-m", "spec_compat", "doctor", "--json", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, json.loads(proc.stdout)
+
+
 def child_env(speculators_dir: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_PATCHES")}
-    env |= {
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "HF_HUB_OFFLINE": "1",
-    }
-    if speculators_dir is not None:
-        env["PYTHONPATH"] = str(speculators_dir)
-    return env | preload_env()
+    """spec_compat's own child environment (`rehearsal.child_env`), with the tests' KV cache
+    fixed at 1 GB whatever the shell set, and vLLM 0.18-0.19's preload."""
+    return rehearsal.child_env(speculators_dir) | {"VLLM_CPU_KVCACHE_SPACE": "1"} | preload_env()
 
 
 def _run_child(command: list[str], env: dict[str, str], timeout: float):
@@ -197,18 +207,18 @@ def preload_env() -> dict[str, str]:
 
 
 def compare(
-    results: list[dict[str, Any]], prompts: list[list[int]], expected: list[list[Any]]
+    results: list[dict[str, Any]],
+    prompts: list[list[int]],
+    expected: list[list[Any]],
+    tolerance: float = TOLERANCE,
 ) -> float:
-    """Max relative error over prompts and layers; asserts alignment and shapes first."""
-    assert len(results) == len(prompts), f"{len(results)} results for {len(prompts)} prompts"
-    worst = 0.0
-    for i, (result, ids, want) in enumerate(zip(results, prompts, expected, strict=True)):
-        assert result["input_ids"].tolist() == ids, f"result {i} is not prompt {i}"
-        assert len(result["hidden_states"]) == len(want)
-        for got, ref in zip(result["hidden_states"], want, strict=True):
-            assert tuple(got.shape) == tuple(ref.shape), f"prompt {i}: {got.shape} vs {ref.shape}"
-            worst = max(worst, relative_error(got, ref))
-    return worst
+    """Max relative error over prompts and layers, by spec_compat's own comparison
+    (`rehearsal.worst_error`, what `rehearse` judges with); results that are not the
+    prompts' (number, order, layers, shapes) fail as an AssertionError."""
+    try:
+        return rehearsal.worst_error(results, prompts, expected, tolerance=tolerance)[0]
+    except rehearsal.Stop as stop:
+        raise AssertionError(str(stop)) from None
 
 
 def outcome(run: Run, prompts: list[list[int]], expected: list[list[Any]]) -> str:
@@ -226,9 +236,11 @@ def outcome(run: Run, prompts: list[list[int]], expected: list[list[Any]]) -> st
 
 
 def refusal_reason(log: str) -> str | None:
-    """spec_compat's own refusal in a failed run's log (never a crash inside vLLM)."""
+    """spec_compat's refusal of the installed pair (`UnsupportedDrift`, raised before any
+    model loads) in a failed run's log; None for anything else (a crash inside vLLM)."""
+    marker = f"{UnsupportedDrift.__name__}:"
     lines = log.splitlines()
     for i, line in enumerate(lines):
-        if "UnsupportedDrift:" in line or "UnsupportedEnvironment:" in line:
+        if marker in line:
             return " ".join(x.strip() for x in lines[i : i + 4])
     return None

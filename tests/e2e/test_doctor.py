@@ -3,33 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from spec_compat.registry import ENV_PATCHES
+from .harness import doctor_report as doctor
 
 pytestmark = pytest.mark.e2e
-
-
-def doctor(speculators_dir, *args: str) -> tuple[int, dict]:
-    env = {k: v for k, v in os.environ.items() if k != ENV_PATCHES}
-    env["PYTHONPATH"] = str(speculators_dir)
-    proc = subprocess.run(
-        [sys.executable, "-m", "spec_compat", "doctor", "--json", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc.returncode, json.loads(proc.stdout)
-
-
-@pytest.fixture(scope="module")
-def patched_doctor(speculators_dir, tiny_llama) -> tuple[int, dict]:
-    return doctor(speculators_dir, "--model", str(tiny_llama))
 
 
 def test_doctor_reports_every_patch_and_touch_point_supported(patched_doctor, line):

@@ -71,10 +71,19 @@ def test_without_request_block_hashes_off_prompts_are_hashed(
     assert compare(run.results[0], short_prompts, short_oracle) <= TOLERANCE
 
 
-def test_no_patch_reports_unsupported_drift(patched_run):
-    states = {r["name"]: r["state"] for r in patched_run.data["status"]}
-    assert "unsupported drift" not in states.values()
-    assert "applied" in states.values()
+def test_the_run_applies_exactly_the_patches_doctor_decides(patched_run, patched_doctor):
+    """No patch reports unsupported drift, and the patches the extractor applied (in the
+    driver and in its spawned worker) are exactly those doctor's probes decide for this vLLM
+    release and speculators line: the set recorded in docs/compatibility.md is the set the
+    probes predict, patch by patch."""
+    states = patch_states(patched_run)
+    assert "unsupported drift" not in states.values(), states
+    code, report = patched_doctor
+    assert code == 0, report["problems"]
+    assert set(states) == {p["name"] for p in report["patches"]}  # every patch accounted for
+    decided = {p["name"] for p in report["patches"] if p["state"] == "applied"}
+    applied = {name for name, state in states.items() if state == "applied"}
+    assert applied == decided, {"run only": applied - decided, "doctor only": decided - applied}
 
 
 def test_worker_patches_reach_spawned_workers(patched_run, line):
