@@ -1,5 +1,5 @@
-"""Command line: `doctor [--json]`, `rehearse MODEL`, `list`, and
-`run [--only/--exclude] SCRIPT|-m MODULE ...`."""
+"""Command line: `doctor [--json]`, `rehearse MODEL`, `list`,
+`run [--only/--exclude] SCRIPT|-m MODULE ...` and `check-data [--json] [--repair] DIR`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         from .launcher import main as run
 
         return run(argv)
+    if command == "check-data":
+        from .check_data import main as check_data
+
+        return check_data(argv)
     if command == "list":
         from . import REGISTRY
 
@@ -31,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "usage: python -m spec_compat {doctor [--json] | rehearse MODEL [--json] | list | "
         "run [--only A,B] [--exclude C] "
-        "SCRIPT [ARGS...] | run -m MODULE [ARGS...]}",
+        "SCRIPT [ARGS...] | run -m MODULE [ARGS...] | check-data [--json] [--repair] DIR}",
         file=sys.stderr,
     )
     return 0 if command in ("help", "-h", "--help") else 2
