@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from types import ModuleType
 
-from .capture import UnsupportedModel
 from .names import ENV_PATCHES, ENV_STRICT
 from .patch import ImportPatch, Patch, Result, Side, State, UnsupportedDrift
 from .registry import Registry
@@ -77,6 +76,14 @@ def applied_imports() -> list[ImportPatch]:
 
 
 REGISTRY = _build_registry()
+
+
+def __getattr__(name: str) -> type:
+    if name == "UnsupportedModel":  # spec_compat.capture (json, pathlib) loads on first use
+        from .capture import UnsupportedModel
+
+        return UnsupportedModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def apply(

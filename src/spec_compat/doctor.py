@@ -16,11 +16,12 @@ import, or no config.json at --model).
 
 JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched" |
 "no-patches"), "versions" {name: version|null}, "platform", "patches" [{"name", "side",
-"target", "state", "reason", "found"}], "touch_points" [{"module", "line", "call", "name",
-"target", "keywords", "n_positional", "present", "binds", "error", "signature",
-"covered_by"}], "unsupported" [patch-shaped records], "problems" [str], "model" (null, or
-{"path", "architecture", "vllm_class", "layers", "served", "reason"}), "startup_hook"
-{"installed" (path|null), "active", "error", "switched_off"}, "exit_code", "seconds"}.
+"target", "state", "reason", "found"}], "stacks" [{"target", "patches" [{"name", "state"}]}]
+(innermost first), "touch_points" [{"module", "line", "call", "name", "target", "keywords",
+"n_positional", "present", "binds", "error", "signature", "covered_by"}], "unsupported"
+[patch-shaped records], "problems" [str], "model" (null, or {"path", "architecture",
+"vllm_class", "layers", "served", "reason"}), "startup_hook" {"installed" (path|null),
+"active", "error", "switched_off"}, "exit_code", "seconds"}.
 
 The start-up hook (`spec_compat.startup`) is what carries the patches into spawned vLLM
 workers; doctor reports an environment problem when this interpreter does not run it.
@@ -44,6 +45,7 @@ from .drift import TouchPoint, check, moved_imports
 from .gates import in_range, installed_version
 from .names import GENERATOR, WORKER
 from .patch import ImportPatch, Result, State, UnsupportedDrift
+from .stacks import described, rendered
 
 EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT = 0, 1, 2
 #: The stock extractor lines spec_compat knows (0.5+ dropped this extractor upstream).
@@ -63,6 +65,7 @@ class Report:
     mode: str = "patched"
     platform: str | None = None
     patches: list[Result] = field(default_factory=list)
+    stacks: list[dict[str, Any]] = field(default_factory=list)
     touch_points: list[TouchPoint] = field(default_factory=list)
     unsupported: list[Result] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -88,6 +91,7 @@ class Report:
             "versions": self.versions,
             "platform": self.platform,
             "patches": [r.as_dict() for r in self.patches],
+            "stacks": self.stacks,
             "touch_points": [t.as_dict() for t in self.touch_points],
             "unsupported": [r.as_dict() for r in self.unsupported],
             "problems": self.problems,
@@ -177,13 +181,11 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         except (OSError, ValueError) as exc:
             report.problems.append(f"--model {model}: {exc}")
     if no_patches:  # what each patch's gates would decide, nothing applied
-        report.patches = [
-            REGISTRY.decide(p, sys.modules[p.module])
-            for p in REGISTRY.patches.values()
-            if p.module in sys.modules
-        ]
+        loaded = [p for p in REGISTRY.patches.values() if p.module in sys.modules]
+        report.patches = [r for _, r in REGISTRY.decide_all(loaded)]
     else:
         report.patches = status()
+    report.stacks = described(REGISTRY.stacks(), {r.name: r.state for r in report.patches})
     applied = [REGISTRY.patches[r.name] for r in report.patches if r.state is State.APPLIED]
     candidates = list(REGISTRY.patches.values()) if no_patches else applied
     if no_patches:  # the imports the import-time patches would redirect
@@ -238,6 +240,7 @@ def render(report: Report) -> str:
             lines.append(f"{r.name:<{width}}  {r.side:<6}  {state:<20}  {r.reason}")
             if r.found:
                 lines.append(f"{'':<{width}}  found: {_short(r.found)}")
+    lines += rendered(report.stacks)
     if report.touch_points:
         lines += ["", "touch points (stock call -> installed vLLM)"]
         for t in report.touch_points:

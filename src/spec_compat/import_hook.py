@@ -11,7 +11,6 @@ module is left to the normal finders.
 from __future__ import annotations
 
 import ast
-import importlib.abc
 import importlib.machinery
 import sys
 from collections.abc import Callable
@@ -20,7 +19,10 @@ from collections.abc import Callable
 Moves = dict[str, tuple[str, frozenset[str]]]
 
 
-class ImportHook(importlib.abc.MetaPathFinder):
+class ImportHook:
+    """A `sys.meta_path` finder (the protocol is `find_spec`; importlib.abc's base class
+    would cost `apply()` the import of importlib.resources and tempfile)."""
+
     def __init__(self, before_import: Callable[[str], Moves]) -> None:
         self.before_import = before_import
 

@@ -20,12 +20,15 @@ SET_METADATA = "_set_request_metadata"
 #: added by shm_transport_worker: the driver holds no result in these segments any more
 RECYCLE_SEGMENTS = "_spec_compat_recycle"
 
-# -- what one patch leaves for another ------------------------------------------------------
+# -- what one patch hands another (the typed values are in patches/_handoff.py) -------------
 #: key of a per-request reply: how many rows failed the worker's value test
 WORKER_CHECKED = "spec_compat:bad_rows"
-#: attribute of the driver's executor (shm_transport_driver sets it, generate_checks reads
-#: it): per reply of the current generate() call, the worker's count (None: not tested)
+#: attribute of the driver's executor holding a `_handoff.WorkerChecks` (shm_transport_driver
+#: records it, generate_checks reads it); tests/e2e/run_extractor.py spells it out
 WORKER_CHECKS = "spec_compat_worker_checks"
+#: vLLM's `collective_rpc` keyword for a reply that is a future: executor_pipelined_steps sets
+#: it, and the MultiprocExecutor patches it wraps (declared `after=`) pass such replies on
+NON_BLOCK = "non_block"
 #: attribute of a worker (shm_transport_worker): its transport, for `startup.worker_report`
 WORKER_TRANSPORT = "_spec_compat_transport"
 

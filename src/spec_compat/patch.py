@@ -33,6 +33,7 @@ class State(enum.Enum):
     APPLIED = "applied"
     NOT_NEEDED = "not needed"
     SKIPPED = "skipped"
+    SUPERSEDED = "superseded"  # needed, but a patch that makes it moot applies instead
     UNSUPPORTED = "unsupported drift"
 
 
@@ -97,6 +98,14 @@ class Gated:
     #: patches that must be selected with this one (they may act in another process, as
     #: the driver and worker halves of the transport do); without them it is skipped
     requires: tuple[str, ...] = ()
+    #: patches on the same target that this one wraps: applied before it, so it stands
+    #: outside them and sees what they return (spec_compat.stacks orders each stack)
+    after: tuple[str, ...] = ()
+    #: patches on the same target that wrap this one (applied after it)
+    before: tuple[str, ...] = ()
+    #: patches of the same stock module whose effect makes this one moot: when one of them
+    #: applies, this one is not applied and reports `State.SUPERSEDED`
+    superseded_by: tuple[str, ...] = ()
     # each kind declares its own `name`, `side` and `module`
 
     @property

@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-import wrapt
-
-from . import startup
+from . import stacks, startup
 from .import_hook import ImportHook, Moves
 from .names import ENV_PATCHES, ENV_STRICT
 from .patch import ImportPatch, Patch, Result, Side, State, UnsupportedDrift, stamp
@@ -74,12 +72,28 @@ class Registry:
     _applied: list[_Applied] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _hook: ImportHook | None = None
+    _order: list[AnyPatch] | None = None
+    #: top-level package -> its modules to patch once imported (`_when_imported`)
+    _deferred: dict[str, list[str]] = field(default_factory=dict)
 
     def register(self, patch: AnyPatch) -> AnyPatch:
         if patch.name in self.patches:
             raise ValueError(f"patch {patch.name!r} is registered twice")
         self.patches[patch.name] = patch
+        self._order = None
         return patch
+
+    def ordered(self) -> list[AnyPatch]:
+        """Every patch in application order: each stack as its patches declare it
+        (`spec_compat.stacks`), registration order otherwise; `StackError` if the declared
+        relations are broken or circular."""
+        if self._order is None:
+            self._order = stacks.order(list(self.patches.values()))
+        return self._order
+
+    def stacks(self) -> list[tuple[str, list[AnyPatch]]]:
+        """Every target more than one patch wraps, with its patches innermost first."""
+        return stacks.stacks(self.ordered())
 
     # -- selection ------------------------------------------------------------------------
 
@@ -110,7 +124,7 @@ class Registry:
                 f"unknown patch name(s) {sorted(unknown)}; known: {sorted(self.patches)}"
             )
         chosen = []
-        for p in self.patches.values():
+        for p in self.ordered():
             wanted = p.name in only_set if only_set is not None else p.default
             if wanted and p.name not in exclude_set and (side is None or p.side in (side, "both")):
                 chosen.append(p)
@@ -144,9 +158,20 @@ class Registry:
                 module = sys.modules.get(module_name)
                 if module is not None:
                     self._apply_module(module)
-                else:  # wrapt's hooks fire once; _apply_module ignores repeats
-                    wrapt.register_post_import_hook(self._on_import, module_name)
+                else:
+                    self._when_imported(module_name)
             return self.status()
+
+    def _when_imported(self, module_name: str) -> None:
+        """Patch `module_name` once it is imported, from wrapt's post-import hook (which
+        fires once; `_apply_module` ignores repeats).  Until the module's top-level package
+        is imported the hook waits in `_deferred`: importing wrapt would cost `apply()`
+        about a fifth of its time."""
+        root = module_name.partition(".")[0]
+        if root in sys.modules or root == module_name:
+            _register_post_import_hook(self._on_import, module_name)
+        else:
+            self._deferred.setdefault(root, []).append(module_name)
 
     def refusals(self, module_name: str | None = None) -> list[Result]:
         """The requirements that refuse the installed pair (for `module_name`, or all)."""
@@ -158,6 +183,10 @@ class Registry:
 
     def _before_import(self, module_name: str) -> Moves:
         """The import hook's question: refuse this module, or redirect some of its imports."""
+        with self._lock:
+            waiting = self._deferred.pop(module_name, [])
+        for name in waiting:  # the package of stock modules to patch: hook them now
+            _register_post_import_hook(self._on_import, name)
         watched = any(req.module == module_name for req in self.requirements)
         if watched and (found := self.refusals(module_name)):
             raise UnsupportedDrift(found)
@@ -190,7 +219,7 @@ class Registry:
 
     def _apply_module(self, module: ModuleType) -> None:
         """Gate and apply every selected, pending patch for `module`; refuse unknown shapes."""
-        decisions = [(p, self.decide(p, module)) for p in self._pending(module.__name__, Patch)]
+        decisions = self.decide_all(self._pending(module.__name__, Patch), module)
         refused = [r for _, r in decisions if r.state is State.UNSUPPORTED]
         for patch, result in decisions:
             if refused and result.state is State.APPLIED:
@@ -211,6 +240,18 @@ class Registry:
             self.findings.extend(found)
             if found and self.strict:
                 raise UnsupportedDrift(found)
+
+    def decide_all(
+        self, patches: list[AnyPatch], module: ModuleType | None = None
+    ) -> list[tuple[AnyPatch, Result]]:
+        """Decide the patches of one stock module (`module`, or each one's from sys.modules)
+        together: one that a patch applying here supersedes reports `State.SUPERSEDED`."""
+        found = {
+            p.name: self.decide(p, module if module is not None else sys.modules.get(p.module))
+            for p in patches
+        }
+        stacks.supersede(found, self.patches, self.results)
+        return [(p, found[p.name]) for p in patches]
 
     def decide(self, patch: AnyPatch, module: ModuleType | None) -> Result:
         """Decide one patch without applying it; `State.APPLIED` here means 'apply it'."""
@@ -235,6 +276,7 @@ class Registry:
                 else:
                     delattr(rec.owner, rec.attr)
             self._applied.clear()
+            self._deferred.clear()
             self._selected.clear()
             self.results.clear()
             self.findings.clear()
@@ -245,3 +287,9 @@ class Registry:
     def status(self) -> list[Result]:
         with self._lock:
             return [self.results[n] for n in self._selected if n in self.results]
+
+
+def _register_post_import_hook(hook: Callable[[ModuleType], None], module_name: str) -> None:
+    import wrapt
+
+    wrapt.register_post_import_hook(hook, module_name)

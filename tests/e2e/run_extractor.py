@@ -220,9 +220,11 @@ def main() -> None:
         if worker is None:
             worker = generator.executor.collective_rpc(worker_report)
         status = [r.as_dict() for r in spec_compat.status()]
-    # per reply: rows the workers' value test failed (None: not tested there); the string
-    # is spec_compat.names.WORKER_CHECKS, not imported: a launched script never imports it
-    checks = getattr(generator.executor, "spec_compat_worker_checks", None)
+    # per reply: rows the workers' value test failed (None: not tested there): the counts of
+    # the patches._handoff.WorkerChecks the driver keeps as spec_compat.names.WORKER_CHECKS,
+    # spelled out: a launched script never imports spec_compat
+    kept = getattr(generator.executor, "spec_compat_worker_checks", None)
+    checks = None if kept is None else list(kept.counts)
     torch.save(
         {
             "results": outputs,

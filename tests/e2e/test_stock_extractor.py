@@ -92,8 +92,9 @@ def test_worker_patches_reach_spawned_workers(patched_run, line):
     assert worker["start_method"] == "spawn"
     states = worker["patches"]
     assert {"worker_embed_input_ids", "worker_eagle3_capture"} <= set(states)
-    if line.startswith("0.3"):
-        assert states["worker_embed_input_ids"] == "applied"
+    if line.startswith("0.3"):  # needed, but the capture replaces the loop it repairs
+        assert states["worker_embed_input_ids"] == "superseded"
+        assert states["worker_eagle3_capture"] == "applied"
 
 
 def test_stock_extractor_fails_without_apply(
@@ -135,7 +136,8 @@ def test_each_needed_patch_carries_the_result(
     patch, patched_run, speculators_dir, tiny_llama, short_prompts, short_oracle
 ):
     states = patch_states(patched_run)
-    if states.get(patch) != "applied":
+    # a superseded patch is needed by the stock loop, which runs once its superseder is out
+    if states.get(patch) not in ("applied", "superseded"):
         pytest.skip(f"{patch} is {states.get(patch)} with this vLLM and speculators")
     run = run_stock(
         speculators_dir,

@@ -1,8 +1,10 @@
-"""The patch set: one module per patch, each declaring `PATCH`, listed once, in order.
+"""The patch set: one module per patch, each declaring `PATCH`, listed once.
 
-The order is the order of application.  Patches on one target stack, each wrapping the one
-before it; a patch on a class's attribute comes before a patch that replaces the class.
-A test checks that every module here is listed.
+`ORDER` is the listing order: `status()` and doctor list the patches in it.  It does not
+order a stack: patches that wrap one target declare where they stand relative to each other
+(`after=` / `before=` on the declaration), and the registry applies each stack in the order
+those give (`spec_compat.stacks`); between patches with nothing declared, which are
+independent, this order decides.  A test checks that every module here is listed.
 """
 
 from __future__ import annotations
@@ -26,20 +28,19 @@ ORDER = (
     "scheduler_block_size",
     "request_eos_token_id",
     "request_block_hashes_off",
-    # MultiprocExecutor, innermost first: the transport sees the stock RPC replies
+    # MultiprocExecutor
     "shm_transport_driver",
     "executor_sample_tokens",
     "executor_kv_cache_layout",
     "model_runner_v1",
     "v030_collective_rpc_reply",
     "v030_capture_guard",
-    "executor_pipelined_steps",  # below executor_rpc_in_step: a Ctrl-C waits for its replies
+    "executor_pipelined_steps",
     "executor_rpc_in_step",
     "cpu_torch_mem_get_info",
     "cpu_mem_get_info",
     "cpu_worker_cores",
-    # VllmHiddenStatesGenerator.generate, innermost first: checks see the final results,
-    # recovery sees every failure
+    # VllmHiddenStatesGenerator.generate
     "v04_results_in_input_order",
     "v04_batches_of_max_num_seqs",
     "generate_checks",
@@ -48,7 +49,7 @@ ORDER = (
     "capture_model_check",
     "tensor_parallel_size_check",
     "driver_copy_threads",
-    # the worker: the capture method before the class that subclasses it
+    # the worker
     "worker_embed_input_ids",
     "worker_eagle3_capture",
     "shm_transport_worker",

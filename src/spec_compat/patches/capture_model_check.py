@@ -18,7 +18,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..capture import UnsupportedModel, check_layer_ids, read_config, route, text_layers
 from ..gates import Verdict
 from ..names import GENERATOR
 from ..patch import Patch
@@ -26,6 +25,8 @@ from ._stock import checked_init, generator_init_probe
 
 
 def model_config(model_path: str) -> dict[str, Any]:
+    from ..capture import read_config
+
     try:
         return read_config(model_path)
     except FileNotFoundError:  # a hub id: the stock code resolves it the same way
@@ -35,6 +36,8 @@ def model_config(model_path: str) -> dict[str, Any]:
 
 
 def check(model_path: str, layer_ids: Any) -> None:
+    from ..capture import UnsupportedModel, check_layer_ids, route, text_layers
+
     config = model_config(model_path)
     check_layer_ids(layer_ids, text_layers(config))
     found = route(config.get("architectures") or [])

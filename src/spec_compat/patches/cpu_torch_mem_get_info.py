@@ -13,10 +13,9 @@ Remove when: the extractor asks the platform for memory (speculators 0.4.x has i
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any
-
-import wrapt
 
 from ..gates import Need, Verdict
 from ..names import GENERATOR
@@ -27,23 +26,30 @@ from ._cpu import cpu_mem_get_info
 CALL = "torch.cuda.mem_get_info"
 
 
-class _CudaOnCpu(wrapt.ObjectProxy):
-    def __init__(self, cuda: Any, cache_fraction: float):
-        super().__init__(cuda)
-        self._self_cache_fraction = cache_fraction
+@functools.cache
+def torch_on_cpu() -> type:
+    """The proxy classes, made once they are needed (wrapt loads with the patch, not
+    apply())."""
+    import wrapt
 
-    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
-        return cpu_mem_get_info(self._self_cache_fraction)
+    class _CudaOnCpu(wrapt.ObjectProxy):
+        def __init__(self, cuda: Any, cache_fraction: float):
+            super().__init__(cuda)
+            self._self_cache_fraction = cache_fraction
 
+        def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+            return cpu_mem_get_info(self._self_cache_fraction)
 
-class TorchOnCpu(wrapt.ObjectProxy):
-    def __init__(self, torch: Any, cache_fraction: float):
-        super().__init__(torch)
-        self._self_cuda = _CudaOnCpu(torch.cuda, cache_fraction)
+    class TorchOnCpu(wrapt.ObjectProxy):
+        def __init__(self, torch: Any, cache_fraction: float):
+            super().__init__(torch)
+            self._self_cuda = _CudaOnCpu(torch.cuda, cache_fraction)
 
-    @property
-    def cuda(self) -> Any:
-        return self._self_cuda
+        @property
+        def cuda(self) -> Any:
+            return self._self_cuda
+
+    return TorchOnCpu
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -56,7 +62,7 @@ def wrap(original: Any) -> Any:
     import sys
 
     fraction = getattr(sys.modules[GENERATOR], "CACHE_MEMORY_FRACTION", 1.0)
-    return TorchOnCpu(original, fraction)
+    return torch_on_cpu()(original, fraction)
 
 
 PATCH = Patch(

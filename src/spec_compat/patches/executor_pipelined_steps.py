@@ -12,6 +12,8 @@ How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_r
     uses with asynchronous scheduling) and keeps them; it waits for the oldest replies
     once more than ``OUTSTANDING`` are out, and for all of them before any other call.
     The workers get the same calls in the same order, so they compute the same states.
+    Declared to wrap ``shm_transport_driver`` and ``v030_capture_guard``, which see the
+    ``non_block`` keyword (``names.NON_BLOCK``) and pass those futures on.
     A failed reply raises from the call that collected it, after every outstanding reply
     is in (the next call then reads its own reply).  Applied only when the stock source
     ignores those replies and vLLM's futures resolve in order.
@@ -27,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR, SET_METADATA
+from ..names import GENERATOR, NON_BLOCK, SET_METADATA
 from ..patch import Patch
 from ..stock_source import stock_ignores_result
 
@@ -66,7 +68,7 @@ def wrap(original: type) -> type:
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
             pending = self.__dict__.setdefault("_spec_compat_pending", deque())
             if method in STOCK_CALLS:
-                kwargs["non_block"] = True
+                kwargs[NON_BLOCK] = True
                 pending.append(super().collective_rpc(method, *args, **kwargs))
                 settle(pending, OUTSTANDING)
                 return None
@@ -99,4 +101,5 @@ PATCH = Patch(
     probe=probe,
     wrap=wrap,
     speculators=">=0.4,<0.5",
+    after=("shm_transport_driver", "v030_capture_guard"),  # they see NON_BLOCK replies
 )

@@ -106,4 +106,5 @@ PATCH = Patch(
     summary="hold a Ctrl-C until the workers' reply is in; say when a worker died",
     probe=probe,
     wrap=wrap,
+    after=("executor_pipelined_steps",),  # a Ctrl-C also waits for the pipelined replies
 )

@@ -17,26 +17,26 @@ How: ``generate`` is wrapped.  Before: no prompts, an empty prompt, an out-of-vo
     and no all-zero row, per layer; otherwise ``CorruptHiddenStates`` names the prompt and
     layer and carries the results (``.results``) so nothing is lost.  Two reductions per
     layer, no copy of the states; where the shared-memory transport's workers already ran
-    the same test on the device as the rows were captured, and found nothing, the driver
-    skips the value pass (a failing count sends it through the full pass, which names the
-    prompt and layer).
+    the same test on the device as the rows were captured, and found nothing (the
+    ``WorkerChecks`` that ``shm_transport_driver`` hands over), the driver skips the value
+    pass (a failing count sends it through the full pass, which names the prompt and layer).
+    Declared to wrap the ``v04_*`` patches of ``generate``: it checks the caller's prompts
+    before they are split, and the results once they are whole and in input order.
 Upstream change: none; the stock extractor never validated.
 Remove when: speculators validates prompts and captured states itself.
 """
 
 from __future__ import annotations
 
-import logging
 import numbers
 from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR, WORKER_CHECKS
+from ..names import GENERATOR
 from ..patch import Patch
+from ._handoff import WorkerChecks
 from ._row_checks import row_faults
-
-log = logging.getLogger("spec_compat")
 
 
 class CorruptHiddenStates(RuntimeError):
@@ -96,7 +96,9 @@ def check_prompts(prompts: list[list[int]], vocab_size: int, max_len: int) -> No
                 f"{prompt}: token id {bad} is outside the vocabulary (0..{vocab_size - 1})"
             )
         if len(ids) > max_len:
-            log.warning(
+            import logging  # only for a prompt that will be cut
+
+            logging.getLogger("spec_compat").warning(
                 "%s has %d tokens; the stock extractor keeps the first %d (max_model_len - 1)",
                 prompt,
                 len(ids),
@@ -133,13 +135,6 @@ def problems_in(results: list[dict], layer_ids: list[int], values: bool = True) 
     return found
 
 
-def workers_tested_clean(executor: Any) -> bool:
-    """Whether the shared-memory transport's workers tested every row of this call's replies
-    (on the device, as they were captured) and found none failing."""
-    checks = getattr(executor, WORKER_CHECKS, None)
-    return bool(checks) and all(n == 0 for n in checks)
-
-
 def probe(module: ModuleType) -> Verdict:
     generate = module.VllmHiddenStatesGenerator.generate
     return Verdict(Need.NEEDED, signature_text(generate), "the stock generate checks nothing")
@@ -151,10 +146,9 @@ def wrap(original: Any) -> Any:
         check_prompts(
             token_lists(token_ids), model_config.get_vocab_size(), model_config.max_model_len - 1
         )
-        if hasattr(self.executor, WORKER_CHECKS):
-            setattr(self.executor, WORKER_CHECKS, [])
+        WorkerChecks.restart(self.executor)
         results = original(self, token_ids, *args, **kwargs)
-        values = not workers_tested_clean(self.executor)
+        values = not WorkerChecks.clean(self.executor)
         if problems := problems_in(results, list(self.layer_ids), values=values):
             raise CorruptHiddenStates(problems, results)
         return results
@@ -170,4 +164,5 @@ PATCH = Patch(
     summary="driver: refuse empty/out-of-vocabulary prompts; refuse NaN/Inf/all-zero states",
     probe=probe,
     wrap=wrap,
+    after=("v04_results_in_input_order", "v04_batches_of_max_num_seqs"),
 )

@@ -77,4 +77,5 @@ PATCH = Patch(
     summary="free a failed or interrupted call's requests, so the next call works",
     probe=probe,
     wrap=wrap,
+    after=("generate_checks", "v04_batches_of_max_num_seqs"),  # it sees every failure
 )

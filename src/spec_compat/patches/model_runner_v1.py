@@ -20,7 +20,6 @@ Remove when: V1 is removed upstream (then the V2 batch order must be computed in
 
 from __future__ import annotations
 
-import logging
 import os
 from types import ModuleType
 from typing import Any
@@ -30,7 +29,6 @@ from ..names import GENERATOR
 from ..patch import Patch
 
 KNOB = "VLLM_USE_V2_MODEL_RUNNER"
-log = logging.getLogger(__name__)
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -46,7 +44,11 @@ def wrap(original: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         previous = os.environ.get(KNOB)
         if previous not in (None, "0"):
-            log.warning("spec_compat: %s=%s overridden for the extractor", KNOB, previous)
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "spec_compat: %s=%s overridden for the extractor", KNOB, previous
+            )
         os.environ[KNOB] = "0"
         try:
             original(self, *args, **kwargs)

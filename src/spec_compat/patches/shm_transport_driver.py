@@ -8,8 +8,8 @@ How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_r
     - per-request replies (0.4.x): each (request, layer) becomes a tensor over exactly its
       bytes of the call's segment, whose first ``clone()`` is itself (``HandedOver``), so
       the stock ``h.clone().cpu()`` costs nothing and results own their memory.  The
-      worker's value-test count is taken out of the reply and kept for ``generate_checks``
-      (``names.WORKER_CHECKS``);
+      worker's value-test count is taken out of the reply and handed to ``generate_checks``
+      as a ``WorkerChecks`` (``patches/_handoff.py``);
     - per-layer replies (0.3.0): views of the worker's arena (attached once, reused), which
       the stock driver clones as it always did.
     When a call starts, per-call segments that no live result uses are named to the
@@ -17,7 +17,8 @@ How: the stock module's ``MultiprocExecutor`` is a subclass whose ``collective_r
     times faster to fill than fresh memory.
     A worker's ``ShmFull`` (a full ``/dev/shm``) reaches the caller as ``ShmFull``, a
     ``MemoryError`` with the sizes and the fix, not as vLLM's ``RuntimeError``; also from
-    a non-blocking reply (``executor_pipelined_steps``), when it is collected.
+    a non-blocking reply (``names.NON_BLOCK``, set by ``executor_pipelined_steps``, which is
+    declared to wrap this patch), when it is collected.
     Values are bitwise the stock ones.  A reply without descriptors (the worker fell back)
     passes through untouched.  Attachments close on ``shutdown()`` and at exit.
 Upstream change: none.
@@ -33,22 +34,26 @@ from ..gates import Need, Verdict
 from ..names import (
     GENERATOR,
     GET_CAPTURED,
+    NON_BLOCK,
     RECYCLE_SEGMENTS,
     RESET_CAPTURE,
     WORKER_CHECKED,
-    WORKER_CHECKS,
 )
 from ..patch import Patch
-from ..transport import Attachments, ShmFullOnCollect, shm_free_bytes, shm_full_from_worker
+from ._handoff import WorkerChecks
 
 
 def probe(module: ModuleType) -> Verdict:
+    from ..transport import shm_free_bytes  # the transport loads when the patch is decided
+
     if shm_free_bytes() == 0:
         return Verdict(Need.NOT_NEEDED, "no /dev/shm here: the stock RPC path stays")
     return Verdict(Need.NEEDED, f"/dev/shm free: {shm_free_bytes() >> 20} MiB", "faster path")
 
 
 def wrap(original: type) -> type:
+    from ..transport import Attachments, ShmFullOnCollect, shm_full_from_worker
+
     class MultiprocExecutor(original):  # type: ignore[misc, valid-type]
         _spec_compat_attachments: Attachments | None = None
 
@@ -59,16 +64,16 @@ def wrap(original: type) -> type:
             # a new call: segments whose results are gone go back to the workers for reuse
             if method == RESET_CAPTURE and attachments and (free := attachments.released()):
                 super().collective_rpc(RECYCLE_SEGMENTS, args=(free,))
-            if kwargs.get("non_block"):  # pipelined steps collect it later
+            if kwargs.get(NON_BLOCK):  # a future: pipelined steps collect it later
                 return ShmFullOnCollect(reply)
             if method != GET_CAPTURED:
                 return reply
             if self._spec_compat_attachments is None:
                 self._spec_compat_attachments = Attachments()
-            checks = self.__dict__.setdefault(WORKER_CHECKS, [])
+            checks = WorkerChecks.kept_on(self)
             for one in reply if isinstance(reply, list) else [reply]:
                 if isinstance(one, dict):
-                    checks.append(one.pop(WORKER_CHECKED, None))
+                    checks.counts.append(one.pop(WORKER_CHECKED, None))
             return self._spec_compat_attachments.from_descriptors(reply)
 
         def shutdown(self) -> Any:

@@ -37,8 +37,6 @@ from typing import Any
 from ..gates import Need, Verdict
 from ..names import GET_CAPTURED, RESET_CAPTURE, STORE_CAPTURED, WORKER, WORKER_TRANSPORT
 from ..patch import Patch
-from ..transport import shm_free_bytes
-from ._worker_transport import PerLayerTransport, PerRequestTransport
 
 METHODS = (RESET_CAPTURE, STORE_CAPTURED, GET_CAPTURED)
 
@@ -48,6 +46,8 @@ def probe(module: ModuleType) -> Verdict:
     missing = [m for m in METHODS if not hasattr(ext, m)]
     if ext is None or missing:
         return Verdict(Need.UNKNOWN, f"HiddenStatesWorkerExtension lacks {missing}")
+    from ..transport import shm_free_bytes  # the transport loads when the patch is decided
+
     if shm_free_bytes() == 0:
         return Verdict(Need.NOT_NEEDED, "no /dev/shm here: the stock RPC path stays")
     found = f"HiddenStatesWorkerExtension has {', '.join(METHODS)}"
@@ -55,6 +55,8 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: type) -> type:
+    from ._worker_transport import PerLayerTransport, PerRequestTransport
+
     by_request = hasattr(original, "_set_request_metadata")  # speculators 0.4.x
     kind = PerRequestTransport if by_request else PerLayerTransport
 

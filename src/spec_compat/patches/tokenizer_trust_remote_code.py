@@ -12,10 +12,9 @@ Remove when: the stock extractor passes ``trust_remote_code`` to the tokenizer.
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any
-
-import wrapt
 
 from ..gates import Need, Verdict
 from ..names import GENERATOR
@@ -25,10 +24,21 @@ from ..stock_source import stock_calls
 CALL = "AutoTokenizer.from_pretrained"
 
 
-class TrustingAutoTokenizer(wrapt.ObjectProxy):
-    def from_pretrained(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("trust_remote_code", True)
-        return self.__wrapped__.from_pretrained(*args, **kwargs)
+@functools.cache
+def trusting_proxy() -> type:
+    """The proxy class, made once it is needed (wrapt loads with the patch, not apply())."""
+    import wrapt
+
+    class TrustingAutoTokenizer(wrapt.ObjectProxy):
+        def from_pretrained(self, *args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("trust_remote_code", True)
+            return self.__wrapped__.from_pretrained(*args, **kwargs)
+
+    return TrustingAutoTokenizer
+
+
+def wrap(original: Any) -> Any:
+    return trusting_proxy()(original)
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -49,5 +59,5 @@ PATCH = Patch(
     target="AutoTokenizer",
     summary="load the tokenizer with trust_remote_code=True (custom tokenizer code)",
     probe=probe,
-    wrap=TrustingAutoTokenizer,
+    wrap=wrap,
 )

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR, GET_CAPTURED, RESET_CAPTURE
+from ..names import GENERATOR, GET_CAPTURED, NON_BLOCK, RESET_CAPTURE
 from ..patch import Patch
 from ..stock_source import stock_mentions
 
@@ -73,7 +73,7 @@ def wrap(original: type) -> type:
             if method == RESET_CAPTURE:
                 self._spec_compat_rows = 0
             reply = super().collective_rpc(method, *args, **kwargs)
-            if method == GET_CAPTURED and not kwargs.get("non_block"):
+            if method == GET_CAPTURED and not kwargs.get(NON_BLOCK):
                 layers = _layers(reply) or []
                 rows = {int(t.shape[0]) for t in layers}
                 if rows and rows != {self._spec_compat_rows}:
@@ -95,4 +95,5 @@ PATCH = Patch(
     probe=probe,
     wrap=wrap,
     speculators="<0.4",
+    after=("shm_transport_driver",),  # counts the rows of tensors, not of descriptors
 )

@@ -83,4 +83,5 @@ PATCH = Patch(
     wrap=wrap,
     speculators="<0.4",
     vllm=">=0.11.1",
+    after=("shm_transport_driver",),  # checks and wraps tensors, not the transport's descriptors
 )

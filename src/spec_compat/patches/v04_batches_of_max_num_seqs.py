@@ -80,4 +80,5 @@ PATCH = Patch(
     probe=probe,
     wrap=wrap,
     speculators=">=0.4,<0.5",
+    after=("v04_results_in_input_order",),  # each stock call's results are put in order
 )

@@ -191,4 +191,5 @@ PATCH = Patch(
     summary="worker: capture vLLM's own EAGLE-3 aux states, in the caller's layer order",
     probe=probe,
     wrap=wrap,
+    before=("shm_transport_worker",),  # the stock class's method, which its subclass inherits
 )

@@ -7,7 +7,9 @@ Why: vLLM 0.11.1 renamed the base models' ``get_input_embeddings(ids)`` to
 How: the name ``_patched_forward`` in the stock worker module (bound onto the base model at
     capture set-up) becomes a wrapper that gives the model *instance* a
     ``get_input_embeddings`` alias of ``embed_input_ids`` when it lacks one, then runs the
-    stock forward unchanged.  vLLM's classes are untouched.
+    stock forward unchanged.  vLLM's classes are untouched.  ``worker_eagle3_capture``
+    (selected by default) replaces the set-up that binds ``_patched_forward``, so where it
+    applies this patch is superseded and not applied: it serves a selection without it.
 Upstream change: vLLM 0.11.1, every base model (LlamaModel, Qwen2Model, DeepseekV2Model...).
 Remove when: speculators 0.3.0 is no longer used (0.4.x calls ``embed_input_ids``).
 """
@@ -56,4 +58,5 @@ PATCH = Patch(
     probe=probe,
     wrap=wrap,
     speculators="<0.4",
+    superseded_by=("worker_eagle3_capture",),  # its capture never binds _patched_forward
 )
