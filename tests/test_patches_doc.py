@@ -55,3 +55,13 @@ def test_a_declaration_without_the_optional_fields_still_renders():
     text = load_tool().render([bare])
     assert "| 1 | [`no_such_patch`](#no_such_patch) | driver | both | x \\| y |" in text
     assert "- **Gates**: both speculators lines; then its probe" in text
+
+
+def test_the_stacks_section_lists_each_stack_innermost_first():
+    from spec_compat import stacks
+    from spec_compat.patches import ALL
+
+    text = load_tool().render()
+    for target, members in stacks.stacks(list(ALL)):
+        line = f"- `{target}`: " + " → ".join(f"`{p.name}`" for p in members)
+        assert line in text, target

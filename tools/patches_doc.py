@@ -31,10 +31,11 @@ HEADER = """\
 
 Every patch is one module under `src/spec_compat/patches/`, declaring `PATCH`; this page is
 written from those declarations and each module's docstring (`python tools/patches_doc.py`
-regenerates it, a unit test checks it is current).  Patches are listed in the order they are
-applied; patches on one target stack in that order, each wrapping the one before it.
-`python -m spec_compat list` prints the same list, and `python -m spec_compat doctor` shows
-which of them this machine needs and why.
+regenerates it, a unit test checks it is current).  Patches are listed in `ORDER`, the order
+`status()` and doctor list them.  Patches that wrap one target form a stack and declare where
+they stand in it (**After** / **Before** below); the registry applies each stack in that order
+(`spec_compat.stacks`; see "Stacks").  `python -m spec_compat list` prints the patches, and
+`python -m spec_compat doctor` shows which of them this machine needs, why, and each stack.
 
 A patch is decided in three steps, cheapest first: the speculators line it is written for,
 the platform, then its probe of the installed code; the vLLM range decides only where the
@@ -126,6 +127,24 @@ def _module_doc(patch: Any) -> str | None:
     return module.__doc__
 
 
+def _stacks(patches: Any) -> list[str]:
+    """The "Stacks" section: each target more than one patch wraps, innermost first, as
+    `spec_compat.stacks` orders them from the declarations (left out where it cannot)."""
+    try:
+        from spec_compat import stacks
+
+        found = stacks.stacks(list(patches))
+    except Exception:  # no stacks module, or declarations it cannot order
+        return []
+    if not found:
+        return []
+    out = ["", "## Stacks", ""]
+    out += ["Innermost (applied first) to outermost: each wraps the one before it.", ""]
+    for target, members in found:
+        out.append(f"- `{target}`: {' → '.join(f'`{p.name}`' for p in members)}")
+    return out
+
+
 def render(patches: Any = None) -> str:
     if patches is None:
         from spec_compat.patches import ALL as patches
@@ -134,6 +153,7 @@ def render(patches: Any = None) -> str:
     for n, patch in enumerate(patches, 1):
         row = [str(n), f"[`{patch.name}`](#{patch.name})", patch.side, _lines_of(patch)]
         out.append("| " + " | ".join([*row, _cell(_code(patch.summary))]) + " |")
+    out += _stacks(patches)
     for patch in patches:
         title, sections = docstring_sections(_module_doc(patch))
         out += ["", f"## {patch.name}", ""]
