@@ -25,6 +25,7 @@ class Route:
     vllm_class: str | None  # None: not in the installed vLLM's model registry
     served: bool
     reason: str
+    hybrid: bool = False  # vLLM's `IsHybrid`: attention beside Mamba / linear-attention state
 
 
 def text_layers(config: dict[str, Any]) -> int | None:
@@ -38,7 +39,7 @@ def text_layers(config: dict[str, Any]) -> int | None:
 def route(architectures: list[str]) -> Route:
     """How vLLM's class for the first known architecture serves the capture."""
     from vllm.model_executor.models import ModelRegistry
-    from vllm.model_executor.models.interfaces import supports_eagle3
+    from vllm.model_executor.models.interfaces import is_hybrid, supports_eagle3
 
     if not architectures:
         return Route("?", None, False, "config.json names no architecture")
@@ -49,6 +50,22 @@ def route(architectures: list[str]) -> Route:
         name = f"{cls.__module__}.{cls.__qualname__}"
         if supports_eagle3(cls) and (refusal := setter_refusal(cls)):
             return Route(arch, name, False, f"vLLM refuses EAGLE-3 for it here: {refusal}")
+        if supports_eagle3(cls) and is_hybrid(cls):
+            planned, state = hybrid_kv_planned()
+            if not planned:
+                return Route(
+                    arch, name, False,
+                    "a hybrid model (attention beside Mamba / linear-attention state) needs "
+                    f"one KV-cache group per kind of layer; patch {HYBRID_PLANNER} plans them "
+                    f"as vLLM's engine does, and it is {state} here",
+                    hybrid=True,
+                )  # fmt: skip
+            return Route(
+                arch, name, True,
+                "vLLM's own EAGLE-3 aux hidden states; hybrid KV cache planned as vLLM's "
+                "engine core plans it",
+                hybrid=True,
+            )  # fmt: skip
         if supports_eagle3(cls):
             return Route(arch, name, True, "vLLM's own EAGLE-3 aux hidden states")
         return Route(
@@ -66,6 +83,22 @@ def route(architectures: list[str]) -> Route:
         f"{architectures} not in this vLLM's model registry (vLLM would fall back to a "
         "generic backend whose hidden states the capture cannot vouch for)",
     )
+
+
+#: the patch that plans a hybrid model's KV-cache groups (with the two it requires)
+HYBRID_PLANNER = "kv_cache_hybrid_plan"
+
+
+def hybrid_kv_planned() -> tuple[bool, str]:
+    """Whether the stock extractor will plan hybrid KV caches here, and the planner's state
+    (applied, or pending until the stock module is imported, which decides it then)."""
+    import spec_compat
+    from spec_compat.patch import State
+
+    for result in spec_compat.status():
+        if result.name == HYBRID_PLANNER:
+            return result.state in (State.APPLIED, State.PENDING), result.state.value
+    return False, "not selected"
 
 
 def setter_refusal(cls: type) -> str | None:

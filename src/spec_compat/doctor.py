@@ -20,7 +20,7 @@ JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched"
 (innermost first), "touch_points" [{"module", "line", "call", "name", "target", "keywords",
 "n_positional", "present", "binds", "error", "signature", "covered_by"}], "unsupported"
 [patch-shaped records], "problems" [str], "model" (null, or {"path", "architecture",
-"vllm_class", "layers", "served", "reason"}), "startup_hook" {"installed" (path|null),
+"vllm_class", "layers", "served", "reason", "hybrid"}), "startup_hook" {"installed" (path|null),
 "active", "error", "switched_off"}, "exit_code", "seconds"}.
 
 The start-up hook (`spec_compat.startup`) is what carries the patches into spawned vLLM
@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import platform
 import sys
 import time
@@ -145,6 +146,7 @@ def model_route(path: str) -> dict[str, Any]:
         "layers": text_layers(config),
         "served": found.served,
         "reason": found.reason,
+        "hybrid": found.hybrid,
     }
 
 
@@ -160,7 +162,15 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         report.seconds = time.perf_counter() - started
         return report
     if not no_patches:
-        apply(strict=False)  # exactly what a user's apply() does; findings collected, not raised
+        # exactly what a user's apply() (or `spec-compat run`, with its selection from the
+        # environment) does; findings collected, not raised
+        from .launcher import ENV_EXCLUDE, ENV_ONLY, names
+
+        apply(
+            strict=False,
+            only=names(os.environ.get(ENV_ONLY)),
+            exclude=names(os.environ.get(ENV_EXCLUDE)),
+        )
     refused = REGISTRY.refusals()
     if refused:  # the stock modules cannot import here; no patch bridges that
         report.unsupported = refused

@@ -132,6 +132,15 @@ def shrink(raw: dict[str, Any], tensor_parallel_size: int = 1) -> tuple[Any, lis
     return config, notes
 
 
+def source_depth(raw: dict[str, Any]) -> int:
+    """The real model's decoder layers, as transformers' config class counts them (some
+    families derive the count from a per-layer list instead of storing it)."""
+    from transformers import AutoConfig
+
+    raw = {k: v for k, v in raw.items() if k not in (*DROPPED, "auto_map", "_name_or_path")}
+    return AutoConfig.for_model(**raw).get_text_config().num_hidden_layers
+
+
 def build(source: Path, directory: Path, tensor_parallel_size: int = 1, seed: int = 0) -> Miniature:
     """The shrunken random float32 copy of the model at `source` (only its config.json and
     tokenizer files are read), saved in `directory`."""
@@ -140,7 +149,7 @@ def build(source: Path, directory: Path, tensor_parallel_size: int = 1, seed: in
 
     raw = json.loads((source / "config.json").read_text())
     architecture = (raw.get("architectures") or ["?"])[0]
-    depth = (raw.get("text_config") or raw).get("num_hidden_layers") or 0
+    depth = source_depth(raw)
     config, notes = shrink(raw, tensor_parallel_size)
     cls = getattr(transformers, architecture, None)
     if cls is None:

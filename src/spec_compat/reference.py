@@ -105,15 +105,18 @@ def float32_engine(
     generator_module: ModuleType,
     model_options: dict[str, Any] | None = None,
     attention_backend: str | None = None,
+    dtype: str = "float32",
 ) -> None:
     """The stock generator's engine in float32, in this process only: the stock code passes
     dtype="auto", which vLLM runs in bf16 even for a float32 checkpoint, and a sharp
     comparison needs float32.  `model_options` go to its ModelConfig too; an attention
     backend is pinned where given (vLLM's AMX MLA, picked on CPUs with AMX, is bf16 only).
-    The engine's settings are decided in the driver, so workers follow."""
+    `dtype` replaces float32 where vLLM's kernels refuse it (a rehearsal against vLLM's own
+    states in the same dtype).  The engine's settings are decided in the driver, so workers
+    follow."""
     stock_model_config = generator_module.ModelConfig
     stock_vllm_config = generator_module.VllmConfig
-    forced = {"dtype": "float32"} | (model_options or {})
+    forced = {"dtype": dtype} | (model_options or {})
 
     def model_config(*args: Any, **kwargs: Any) -> Any:
         return stock_model_config(*args, **(kwargs | forced))
@@ -133,12 +136,14 @@ def float32_engine(
 def _extract(spec: dict[str, Any]) -> Any:
     from speculators.data_generation import vllm_hidden_states_generator as gen
 
-    float32_engine(gen, attention_backend=spec.get("attention_backend"))
+    float32_engine(gen, attention_backend=spec.get("attention_backend"), dtype=spec["dtype"])
+    step = {"max_num_batched_tokens": n} if (n := spec.get("max_num_batched_tokens")) else {}
     generator = gen.VllmHiddenStatesGenerator(
         spec["model"],
         layer_ids=spec["layers"],
         max_model_len=spec["max_model_len"],
         tensor_parallel_size=spec["tensor_parallel_size"],
+        **step,  # speculators 0.4.x only: 0.3.0 refuses it, as it should
     )
     results = []
     for call in spec["calls"]:
@@ -151,6 +156,7 @@ def _extract(spec: dict[str, Any]) -> Any:
 
 def _native(spec: dict[str, Any]) -> Any:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the model in this process
+    import torch
     from vllm import LLM, SamplingParams
 
     from .patches.worker_eagle3_capture import find_decoder
@@ -162,13 +168,14 @@ def _native(spec: dict[str, Any]) -> Any:
         options["attention_config"] = AttentionConfig(backend=backend)
     llm = LLM(
         spec["model"],
-        dtype="float32",
+        dtype=spec["dtype"],
         enforce_eager=True,
         max_model_len=spec["max_model_len"],
         tensor_parallel_size=spec.get("tensor_parallel_size", 1),
         enable_prefix_caching=False,
         **options,
         **spec.get("model_options", {}),
+        **({"max_num_batched_tokens": n} if (n := spec.get("max_num_batched_tokens")) else {}),
     )
     native_ids = tuple(k + 1 for k in spec["layers"])
     ascending = sorted(set(native_ids))  # aux states come in ascending id order
@@ -215,9 +222,10 @@ def _native(spec: dict[str, Any]) -> Any:
     greedy = SamplingParams(max_tokens=1, temperature=0.0)
     for ids in spec["prompts"]:
         llm.generate([{"prompt_token_ids": ids}], greedy, use_tqdm=False)
-        first_step = llm.apply_model(take)[0][0]  # the prefill; the decode step never runs
-        prefill = [first_step[ascending.index(i)] for i in native_ids]
-        assert all(state.shape[0] == len(ids) for state in prefill), "prefill split in steps"
+        # the prefill's steps (one unless a step size cuts the prompt); no decode step runs
+        steps = llm.apply_model(take)[0]
+        prefill = [torch.cat([s[ascending.index(i)] for s in steps]) for i in native_ids]
+        assert all(state.shape[0] == len(ids) for state in prefill), "rows missing or extra"
         results.append(prefill)
     return results
 

@@ -128,6 +128,7 @@ def rehearse(
     layer_ids: list[int] | None = None,
     tensor_parallel_size: int = 1,
     max_model_len: int = 2048,
+    max_num_batched_tokens: int | None = None,
 ) -> Rehearsal:
     report = Rehearsal(model=target)
     started = time.perf_counter()
@@ -136,7 +137,7 @@ def rehearse(
         with tempfile.TemporaryDirectory(prefix="spec-compat-rehearsal-") as tmp:
             try:
                 _rehearse(report, target, layer_ids, tensor_parallel_size, max_model_len,
-                          Path(tmp), children)  # fmt: skip
+                          max_num_batched_tokens, Path(tmp), children)  # fmt: skip
             finally:
                 for child in children:
                     child.stop()
@@ -147,7 +148,8 @@ def rehearse(
 
 
 def _rehearse(
-    report, target, layer_ids, tensor_parallel_size, max_model_len, workdir, children
+    report, target, layer_ids, tensor_parallel_size, max_model_len, step_tokens, workdir,
+    children,
 ) -> None:
     source = report.timed("read config", lambda: (source_of(target), ""))
     config = json.loads((source / "config.json").read_text())
@@ -166,9 +168,16 @@ def _rehearse(
     if copy.mla and facts["cpu"] and not facts["cpu_mla_backend"]:
         raise Stop(ENVIRONMENT, "this vLLM's CPU build has no MLA attention backend (0.28+)")
     backend = "CPU_MLA" if copy.mla and facts["cpu"] else None  # AMX MLA: bf16 only
+    hybrid = facts["route"]["hybrid"]
+    # vLLM's CPU kernels for state layers (Gated DeltaNet) take bf16 only: the extractor
+    # and vLLM's own states then run in bf16 alike
+    dtype = "bfloat16" if hybrid and facts["cpu"] else "float32"
     prompts = prompts_for(copy.prompt_vocab, max_model_len)
-    # vLLM's CPU MLA prefill depends on the batch (docs/models.md); the reference runs alone
-    calls = [[i] for i in range(len(prompts))] if backend else [list(range(len(prompts)))]
+    # vLLM's CPU MLA prefill depends on the batch (docs/models.md), and a hybrid model's
+    # state layers round their carried state where a step cuts a prompt: the reference
+    # runs each prompt alone, so the extractor does too
+    alone = backend or hybrid
+    calls = [[i] for i in range(len(prompts))] if alone else [list(range(len(prompts)))]
     spec = {
         "model": str(copy.directory),
         "prompts": prompts,
@@ -177,6 +186,8 @@ def _rehearse(
         "tensor_parallel_size": tensor_parallel_size,
         "calls": calls,
         "attention_backend": backend,
+        "dtype": dtype,
+        "max_num_batched_tokens": step_tokens,  # None: the stock step size
     }
     tokens = sum(map(len, prompts))
     extractor.run(spec)
@@ -186,12 +197,12 @@ def _rehearse(
     # another expert for a token); vLLM's own states then, from an engine of its own
     # started now, beside the extractor
     native = None
-    if copy.mla or copy.routed_experts:
+    if copy.mla or copy.routed_experts or hybrid:
         native = Child.start("native", workdir)
         native.run(spec)
         children.append(native)
-        why = "MLA" if copy.mla else "routed experts"
-        report.reference = f"vLLM's own EAGLE-3 aux hidden states (float32; {why})"
+        why = "MLA" if copy.mla else "hybrid" if hybrid else "routed experts"
+        report.reference = f"vLLM's own EAGLE-3 aux hidden states ({dtype}; {why})"
     else:
         report.reference = "transformers (float32)"
 
@@ -258,6 +269,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--layer-ids", type=int, nargs="+", help="the real model's layer ids")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument(
+        "--max-num-batched-tokens", type=int, help="the generator's step size (speculators 0.4.x)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable report")
     parser.add_argument("--examples", action="store_true", help="list the shipped examples")
     args = parser.parse_args(argv)
@@ -266,6 +280,9 @@ def main(argv: list[str]) -> int:
         return PASS if args.examples else ENVIRONMENT
     # vLLM logs to stdout and binds the stream when first imported: keep stdout for the report
     with contextlib.redirect_stdout(sys.stderr):
-        report = rehearse(args.model, args.layer_ids, args.tensor_parallel_size, args.max_model_len)
+        report = rehearse(
+            args.model, args.layer_ids, args.tensor_parallel_size, args.max_model_len,
+            args.max_num_batched_tokens,
+        )  # fmt: skip
     print(json.dumps(asdict(report), indent=2) if args.json else render(report))
     return report.exit_code

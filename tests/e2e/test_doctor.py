@@ -58,6 +58,7 @@ def test_doctor_model_reads_the_config_and_names_the_capture(patched_doctor, tin
         "layers": 4,
         "served": True,
         "reason": "vLLM's own EAGLE-3 aux hidden states",
+        "hybrid": False,
     }
 
 

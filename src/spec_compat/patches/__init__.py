@@ -25,6 +25,9 @@ ORDER = (
     "scheduler_config_initvars",
     "v030_whole_prompt_prefill",
     "kv_cache_config_specs",
+    "kv_cache_hybrid_unify",
+    "kv_cache_hybrid_groups",
+    "kv_cache_hybrid_plan",  # after kv_cache_config_specs: wraps its adapter
     "scheduler_block_size",
     "request_eos_token_id",
     "request_block_hashes_off",
