@@ -27,7 +27,7 @@ ORDER = (
     "kv_cache_config_specs",
     "kv_cache_hybrid_unify",
     "kv_cache_hybrid_groups",
-    "kv_cache_hybrid_plan",  # after kv_cache_config_specs: wraps its adapter
+    "kv_cache_hybrid_plan",
     "scheduler_block_size",
     "request_eos_token_id",
     "request_block_hashes_off",
