@@ -136,7 +136,9 @@ def float32_engine(
 def _extract(spec: dict[str, Any]) -> Any:
     from speculators.data_generation import vllm_hidden_states_generator as gen
 
-    float32_engine(gen, attention_backend=spec.get("attention_backend"), dtype=spec["dtype"])
+    float32_engine(
+        gen, attention_backend=spec.get("attention_backend"), dtype=spec.get("dtype", "float32")
+    )
     step = {"max_num_batched_tokens": n} if (n := spec.get("max_num_batched_tokens")) else {}
     generator = gen.VllmHiddenStatesGenerator(
         spec["model"],
@@ -166,16 +168,16 @@ def _native(spec: dict[str, Any]) -> Any:
         from vllm.config import AttentionConfig
 
         options["attention_config"] = AttentionConfig(backend=backend)
+    if n := spec.get("max_num_batched_tokens"):
+        options["max_num_batched_tokens"] = n
     llm = LLM(
         spec["model"],
-        dtype=spec["dtype"],
         enforce_eager=True,
         max_model_len=spec["max_model_len"],
         tensor_parallel_size=spec.get("tensor_parallel_size", 1),
         enable_prefix_caching=False,
-        **options,
-        **spec.get("model_options", {}),
-        **({"max_num_batched_tokens": n} if (n := spec.get("max_num_batched_tokens")) else {}),
+        # float32 unless the spec or its model options (which win, as in the extractor) say
+        **({"dtype": spec.get("dtype", "float32")} | options | spec.get("model_options", {})),
     )
     native_ids = tuple(k + 1 for k in spec["layers"])
     ascending = sorted(set(native_ids))  # aux states come in ascending id order

@@ -148,8 +148,7 @@ def rehearse(
 
 
 def _rehearse(
-    report, target, layer_ids, tensor_parallel_size, max_model_len, step_tokens, workdir,
-    children,
+    report, target, layer_ids, tensor_parallel_size, max_model_len, step_tokens, workdir, children
 ) -> None:
     source = report.timed("read config", lambda: (source_of(target), ""))
     config = json.loads((source / "config.json").read_text())
