@@ -118,6 +118,17 @@ def setter_refusal(cls: type) -> str | None:
     return None
 
 
+def model_route(path: str) -> dict[str, Any]:
+    """What the capture does for the model at `path`, from its config.json alone (doctor
+    --model)."""
+    config = read_config(path)
+    found = route(config.get("architectures") or [])
+    return {"path": path, "layers": text_layers(config)} | {
+        key: getattr(found, key)
+        for key in ("architecture", "vllm_class", "served", "reason", "hybrid")
+    }
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """`config.json` of a local model directory (nothing else is read)."""
     file = Path(path) / "config.json"

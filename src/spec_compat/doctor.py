@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-import os
 import platform
 import sys
 import time
@@ -133,23 +132,6 @@ def _environment_problems(versions: dict[str, str | None]) -> list[str]:
     return problems
 
 
-def model_route(path: str) -> dict[str, Any]:
-    """What the capture does for the model at `path`, from its config.json alone."""
-    from .capture import read_config, route, text_layers
-
-    config = read_config(path)
-    found = route(config.get("architectures") or [])
-    return {
-        "path": path,
-        "architecture": found.architecture,
-        "vllm_class": found.vllm_class,
-        "layers": text_layers(config),
-        "served": found.served,
-        "reason": found.reason,
-        "hybrid": found.hybrid,
-    }
-
-
 def collect(no_patches: bool = False, model: str | None = None) -> Report:
     started = time.perf_counter()
     versions = {"python": platform.python_version()}
@@ -162,15 +144,9 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         report.seconds = time.perf_counter() - started
         return report
     if not no_patches:
-        # exactly what a user's apply() (or `spec-compat run`, with its selection from the
-        # environment) does; findings collected, not raised
-        from .launcher import ENV_EXCLUDE, ENV_ONLY, names
+        from .launcher import selection  # SPEC_COMPAT_ONLY/EXCLUDE, as `spec-compat run`
 
-        apply(
-            strict=False,
-            only=names(os.environ.get(ENV_ONLY)),
-            exclude=names(os.environ.get(ENV_EXCLUDE)),
-        )
+        apply(strict=False, **selection())  # what a run does; findings collected, not raised
     refused = REGISTRY.refusals()
     if refused:  # the stock modules cannot import here; no patch bridges that
         report.unsupported = refused
@@ -187,6 +163,8 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
     report.platform = _vllm_platform()
     if model is not None:
         try:
+            from .capture import model_route
+
             report.model = model_route(model)
         except (OSError, ValueError) as exc:
             report.problems.append(f"--model {model}: {exc}")

@@ -23,6 +23,15 @@ def names(value: str | None) -> list[str] | None:
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
+def selection(only: str | None = None, exclude: str | None = None) -> dict[str, list | None]:
+    """`apply()`'s `only`/`exclude` from these values, else from the environment (what
+    `spec-compat run`, `doctor` and rehearsals all apply)."""
+    return {
+        "only": names(only if only is not None else os.environ.get(ENV_ONLY)),
+        "exclude": names(exclude if exclude is not None else os.environ.get(ENV_EXCLUDE)),
+    }
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="spec-compat run",
@@ -39,10 +48,7 @@ def main(argv: list[str]) -> int:
 
     import spec_compat
 
-    spec_compat.apply(
-        only=names(args.only if args.only is not None else os.environ.get(ENV_ONLY)),
-        exclude=names(args.exclude if args.exclude is not None else os.environ.get(ENV_EXCLUDE)),
-    )
+    spec_compat.apply(**selection(args.only, args.exclude))
     if args.module:
         sys.argv = [args.module, *args.target]
         runpy.run_module(args.module, run_name="__main__", alter_sys=True)

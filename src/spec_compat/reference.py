@@ -94,11 +94,9 @@ def _apply_selection() -> None:
     reads the same variables)."""
     import spec_compat
 
-    from .launcher import ENV_EXCLUDE, ENV_ONLY, names
+    from .launcher import selection
 
-    spec_compat.apply(
-        only=names(os.environ.get(ENV_ONLY)), exclude=names(os.environ.get(ENV_EXCLUDE))
-    )
+    spec_compat.apply(**selection())
 
 
 def float32_engine(

@@ -73,7 +73,8 @@ NOT_RUNNABLE = {
     "KimiLinearForCausalLM": "vLLM's linear-attention kernels need Triton (CPU: "
     "'_lib_fn_wrapper' object has no attribute 'get')",
     "NemotronHForCausalLM": "vLLM CPU: is_act_and_mul=False is supported only for CUDA, XPU "
-    "and ROCm",
+    "and ROCm (the experts of transformers' default config; Nemotron-H without experts is "
+    "proven in test_hybrid_models)",
     "LagunaForCausalLM": "vLLM's own LLM fails on the CPU (AssertionError in its forward)",
     "GPTBigCodeForCausalLM": "vLLM 0.32's transformers backend mis-sizes GPTBigCode's "
     "multi-query KV heads: its own LLM fails with a shape error, and its forward is 0.89 "
@@ -84,9 +85,6 @@ NOT_RUNNABLE = {
     "LlavaForConditionalGeneration": "vLLM 0.32's Llava loader does not know transformers "
     "5's checkpoint names for the CLIP tower (no parameter 'vision_tower.embeddings'); the "
     "Llava family test covers the wrapper where they agree",
-    "Qwen3NextForCausalLM": "the stock extractor plans one uniform KV-cache group, and "
-    "Qwen3-Next mixes linear and full attention (Failed to promote local KV cache specs to "
-    "one unified type)",
 }
 #: the same, for some vLLM releases only (version specifier -> reason)
 NOT_RUNNABLE_ON = {
@@ -130,13 +128,18 @@ class Candidate:
     vllm_module: str
     multimodal: bool
     blocker: str | None  # why it is not run here, if it is not
+    hybrid: bool = False  # vLLM's IsHybrid: attention beside Mamba / linear-attention state
 
 
 def eagle3_architectures() -> list[Candidate]:
     """Every architecture of the installed vLLM whose class implements SupportsEagle3."""
     import transformers
     from vllm.model_executor.models import ModelRegistry
-    from vllm.model_executor.models.interfaces import supports_eagle3, supports_multimodal
+    from vllm.model_executor.models.interfaces import (
+        is_hybrid,
+        supports_eagle3,
+        supports_multimodal,
+    )
 
     from spec_compat.capture import route
 
@@ -177,7 +180,7 @@ def eagle3_architectures() -> list[Candidate]:
             blocker = f"transformers {transformers.__version__} has no class {arch}"
         elif not (routed := route([arch])).served:  # the driver refuses it before loading
             blocker = f"refused before loading: {routed.reason}"
-        found.append(Candidate(arch, module, multimodal, blocker))
+        found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls)))
     return found
 
 

@@ -30,6 +30,9 @@ E2E_SCOPE = os.environ.get("SPEC_COMPAT_E2E_SCOPE", "full")
 AUTO, AUTO_KEY = "MistralForCausalLM", "MistralForCausalLM, layer_ids=None"
 AUTO_LAYERS = [2, 4 // 2, 4 - 3, 4 - 1]  # speculators' choice for 4 layers: [2, 2, 1, 3]
 PROMPTS = tiny_models.random_prompts(6, 2, 120, seed=11)
+#: hybrid models (vLLM's IsHybrid) run in bf16, vLLM's CPU Gated DeltaNet kernel's only
+#: dtype, each prompt alone, and must equal vLLM's own aux states in bf16 bitwise
+HYBRID_OPTIONS = {"dtype": "bfloat16"}
 
 
 def candidates() -> list[sweep.Candidate]:
@@ -70,31 +73,43 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
                 reason=f"transformers cannot build it: {type(exc).__name__}: {exc}"[:300],
             )
     module_of = {c.architecture: c.vllm_module for c in CANDIDATES}
-    if built:
+    hybrids = {c.architecture for c in CANDIDATES if c.hybrid and c.architecture in built}
+    results: dict = {}
+    for group in (set(built) - hybrids, hybrids):
+        models = {arch: built[arch] for arch in built if arch in group}
+        if not models:
+            continue
+        hybrid = group is hybrids
         run = run_stock(
             speculators_dir,
-            next(iter(built.values())),
+            next(iter(models.values())),
             PROMPTS,
             sweep.SWEEP_LAYER_IDS,
-            extra={"models": [str(p) for p in built.values()] + auto_selection(built)},
+            calls=[[i] for i in range(len(PROMPTS))] if hybrid else None,
+            extra={
+                "models": [str(p) for p in models.values()]
+                + ([] if hybrid else auto_selection(built)),
+                "model_options": HYBRID_OPTIONS if hybrid else {},
+            },
             timeout=60 * 60,
         )
         assert run.data is not None, f"sweep process failed:\n{run.tail}"
-        results = run.data["sweep"]
-        for arch, model in built.items():
+        results |= run.data["sweep"]
+        for arch, model in models.items():
             got = results.get(str(model))
             if isinstance(got, dict):  # the worker's own error says more than the driver's
                 got = {"error": worker_error(run.log, model) or got["error"]}
-            outcomes[arch] = judge(arch, module_of[arch], line, model, got)
-        if AUTO in built:
-            outcomes[AUTO_KEY] = judge(
-                AUTO_KEY,
-                module_of[AUTO],
-                line,
-                built[AUTO],
-                results.get(f"{built[AUTO]}#auto"),
-                AUTO_LAYERS,
-            )
+            judged = judge_hybrid if hybrid else judge
+            outcomes[arch] = judged(arch, module_of[arch], line, model, got)
+    if AUTO in built:
+        outcomes[AUTO_KEY] = judge(
+            AUTO_KEY,
+            module_of[AUTO],
+            line,
+            built[AUTO],
+            results.get(f"{built[AUTO]}#auto"),
+            AUTO_LAYERS,
+        )
     if record := os.environ.get("SPEC_COMPAT_SWEEP_RECORD"):
         sweep.write_record(Path(record), line, list(outcomes.values()))
     return outcomes
@@ -123,6 +138,25 @@ def worker_error(log: str, model: Path) -> str | None:
 def auto_selection(built: dict[str, Path]) -> list:
     """The stock auto-selection on a 4-layer model: [2, 2, 1, 3], a repeat included."""
     return [[str(built[AUTO]), None]] if AUTO in built else []
+
+
+def judge_hybrid(arch: str, module: str, line: str, model: Path, got) -> sweep.Outcome:
+    """Against vLLM's own aux states in the same dtype (bf16), bitwise: transformers'
+    float32 cannot be the oracle of vLLM's bf16-only state kernels."""
+    if got is None or isinstance(got, dict):
+        return judge(arch, module, line, model, got)
+    results = [result for call in got for result in call]  # one call per prompt
+    try:
+        native = native_reference(
+            model, PROMPTS, sweep.SWEEP_LAYER_IDS, model_options=HYBRID_OPTIONS
+        )
+    except AssertionError as exc:
+        reason = f"hybrid; no vLLM reference: {str(exc)[-200:]}"
+        return sweep.Outcome(arch, module, line, "not run", reason=reason)
+    error = compare(results, PROMPTS, native)
+    state = "exact vs vLLM" if error == 0.0 else "mismatch"
+    reason = "hybrid: bf16 (vLLM's CPU state kernels), against vLLM's own aux states"
+    return sweep.Outcome(arch, module, line, state, error=error, reason=reason)
 
 
 def judge(
