@@ -1,14 +1,25 @@
 """`apply()` stays cheap: it loads the declarations, and what a patch needs to act loads
-with the patch (benchmarks/apply_time.py measures the time; this checks what is imported)."""
+with the patch (benchmarks/apply_time.py measures the time; this checks what is imported),
+while every patch still lands when its stock module is imported."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import pytest
+from packaging.version import Version
+
+from spec_compat import gates
+from spec_compat.gates import Need, Verdict
 from spec_compat.names import ENV_PATCHES
+from spec_compat.patch import Patch
+from spec_compat.registry import Registry
 
 #: modules that only deciding or applying a patch needs (each cost apply() milliseconds)
 LATER = ("wrapt", "spec_compat.transport", "spec_compat.capture", "logging", "importlib.abc")
@@ -27,3 +38,59 @@ def test_apply_imports_what_patches_need_only_when_they_are_decided():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """A stock package, not imported yet, whose module `stock` a patch replaces."""
+    name = f"fake_pkg_{os.urandom(4).hex()}"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / name / "stock.py").write_text("def run():\n    return 'stock'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+    monkeypatch.delenv(ENV_PATCHES, raising=False)
+    registry = Registry()
+    registry.register(
+        Patch(
+            "patched_run",
+            "driver",
+            f"{name}.stock",
+            "run",
+            "test",
+            lambda m: Verdict(Need.NEEDED, "run()"),
+            lambda original: lambda: "patched",
+        )
+    )
+    yield name, registry
+    registry.revert()
+    for module in [m for m in sys.modules if m.split(".")[0] == name]:
+        sys.modules.pop(module)
+
+
+def test_a_patch_lands_when_its_package_is_imported_after_apply(package):
+    name, registry = package
+    registry.apply()
+    assert registry._deferred == {name: [f"{name}.stock"]}  # no hook (and no wrapt) yet
+    assert importlib.import_module(f"{name}.stock").run() == "patched"
+
+
+def test_a_patch_lands_when_its_package_was_imported_past_the_hook(package, monkeypatch):
+    import wrapt.importer
+
+    name, registry = package
+    # as in a process where nothing registered a wrapt hook yet: no wrapt finder
+    monkeypatch.setattr(
+        sys, "meta_path", [f for f in sys.meta_path if f.__module__ != "wrapt.importer"]
+    )
+    monkeypatch.setattr(wrapt.importer, "_post_import_hooks_init", False)
+    registry.apply()
+    # the package loads without this registry's finder being asked (another finder, or a
+    # loader run by hand); the stock module itself is the first name the finder sees
+    spec = importlib.util.spec_from_file_location(
+        name, Path(sys.path[0]) / name / "__init__.py", submodule_search_locations=[]
+    )
+    spec.submodule_search_locations = [str(Path(sys.path[0]) / name)]
+    sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[name])
+    assert importlib.import_module(f"{name}.stock").run() == "patched"

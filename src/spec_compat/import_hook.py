@@ -4,8 +4,9 @@ A `sys.meta_path` finder asks its registry (`before_import`) about each module b
 imported.  The registry may refuse (a `Requirement` no patch can bridge raises
 `UnsupportedDrift` with its reason, instead of a bare ImportError from speculators' own
 code) or name imports to redirect (its `ImportPatch`es): the stock module's source is then
-compiled with those `from … import` statements pointing at the new modules.  Any other
-module is left to the normal finders.
+compiled with those `from … import` statements pointing at the new modules, or ask for a
+stock module to be loaded here, unchanged, so that its post-import hooks (registered only
+as its package was imported) fire.  Any other module is left to the normal finders.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class ImportHook:
     """A `sys.meta_path` finder (the protocol is `find_spec`; importlib.abc's base class
     would cost `apply()` the import of importlib.resources and tempfile)."""
 
-    def __init__(self, before_import: Callable[[str], Moves]) -> None:
+    def __init__(self, before_import: Callable[[str], Moves | None]) -> None:
         self.before_import = before_import
 
     def install(self) -> None:
@@ -36,7 +37,7 @@ class ImportHook:
 
     def find_spec(self, fullname, path=None, target=None):
         moves = self.before_import(fullname)
-        if not moves:  # the normal finders (wrapt's included, wherever it sits) load it
+        if moves is None:  # the normal finders (wrapt's included, wherever it sits) load it
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.origin is None:

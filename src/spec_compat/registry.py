@@ -181,11 +181,13 @@ class Registry:
             if module_name in (None, req.module) and (r := req.refusal()) is not None
         ]
 
-    def _before_import(self, module_name: str) -> Moves:
-        """The import hook's question: refuse this module, or redirect some of its imports."""
+    def _before_import(self, module_name: str) -> Moves | None:
+        """The import hook's question: refuse this module, redirect some of its imports, or
+        load it through the hook's loader (`{}`: its post-import hooks are registered only
+        now); None: leave it to the normal finders."""
         with self._lock:
-            waiting = self._deferred.pop(module_name, [])
-        for name in waiting:  # the package of stock modules to patch: hook them now
+            waiting = self._deferred.pop(module_name.partition(".")[0], [])
+        for name in waiting:  # the stock modules' package: their post-import hooks now
             _register_post_import_hook(self._on_import, name)
         watched = any(req.module == module_name for req in self.requirements)
         if watched and (found := self.refusals(module_name)):
@@ -201,7 +203,9 @@ class Registry:
                 raise UnsupportedDrift([result])
             if result.state is State.APPLIED:
                 moves[patch.old_module] = (patch.new_module, frozenset(patch.names))
-        return moves
+        # a stock module whose package went past this hook: wrapt's finder, inserted just
+        # now, would miss this very import, so the hook's loader fires the hooks instead
+        return moves if moves or module_name in waiting else None
 
     def _pending(self, module_name: str, kind: type) -> list[Any]:
         return [
