@@ -30,6 +30,7 @@ RELIED_ON = [
     ("generate_checks", "generate_recovery", "recovery sees every failure"),
     ("v04_batches_of_max_num_seqs", "generate_recovery", "recovery sees every failure"),
     ("worker_eagle3_capture", "shm_transport_worker", "the stock class's method, inherited"),
+    ("kv_cache_config_specs", "kv_cache_hybrid_plan", "it wraps that patch's adapter"),
 ]
 
 #: every stack as it was applied before the order came from declarations (issue 35)
