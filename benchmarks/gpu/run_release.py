@@ -1,0 +1,197 @@
+"""Run-time proof of one CUDA vLLM release on the H200 (issue 33), after run_release.sh has
+unpacked the kit of stage_vllm.sh:
+
+1. the unchanged stock extractor of each speculators line with `spec_compat.apply()` on a
+   tiny random Llama (`spec_compat.reference extract`, one process each, as a user's
+   script), against transformers float32: max relative error per layer (pass <= 1e-5) in
+   float32, and in bf16 (the stock dtype) next to transformers' own bf16-vs-float32 noise;
+2. `benchmarks/gpu/run_h200.py` roles B-shm and N on the harness model (random 0.85 B
+   Llama, bf16, 256 prompts): B against vLLM's native extraction, bitwise.
+
+Writes $OUT/release.json as it goes.  STEPS ("tiny,harness": both), DTYPES and LINES select;
+a warm machine's next call can run the step the last one left out (the kit stays unpacked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+KIT = Path(os.environ.get("KIT", "/tmp/kit"))
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+LAYERS = [0, 2, 3]
+TOLERANCE = 1e-5
+
+
+def save(summary: dict) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "release.json").write_text(json.dumps(summary, indent=2, default=str))
+
+
+def extract(line: str, model: Path, prompts: list[list[int]], dtype: str, work: Path) -> dict:
+    """The stock extractor of `line` in its own process; its results, or its log tail."""
+    spec = work / f"spec-{line}-{dtype}.json"
+    out = work / f"states-{line}-{dtype}.pt"
+    spec.write_text(
+        json.dumps(
+            {
+                "model": str(model),
+                "prompts": prompts,
+                "layers": LAYERS,
+                "max_model_len": 512,
+                "tensor_parallel_size": 1,
+                # CALLS=one: a prompt a call (no batch order to get wrong), else one call
+                "calls": [[i] for i in range(len(prompts))]
+                if os.environ.get("CALLS") == "one"
+                else [list(range(len(prompts)))],
+                "attention_backend": None,
+                "dtype": dtype,  # the engine's (spec_compat.reference; SC_DTYPE before)
+                "out": str(out),
+            }
+        )
+    )
+    paths = [ROOT / "src", KIT / "site" / f"speculators-{line}", KIT / "site", KIT / "torchsite"]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(map(str, paths)), "SC_DTYPE": dtype}
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "spec_compat.reference", "extract", str(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=float(os.environ.get("EXTRACT_TIMEOUT_S", "240")),
+    )
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0 or not out.exists():
+        with open(OUT / "failures.log", "a") as log:
+            log.write(f"===== {line} {dtype} rc={proc.returncode}\n{proc.stderr[-200_000:]}\n")
+            log.write(f"----- stdout\n{proc.stdout[-50_000:]}\n")
+        errors = [ln for ln in proc.stderr.splitlines() if "rror" in ln]
+        return {"failed": proc.returncode, "errors": errors[-15:], "seconds": seconds}
+    import torch
+
+    data = torch.load(out)
+    backend = sorted(
+        {
+            ln.split("Using ")[-1]
+            for ln in proc.stderr.splitlines()
+            if "backend" in ln and "Using " in ln
+        }
+    )
+    return {"results": data["results"], "seconds": seconds, "backend_lines": backend[-4:]}
+
+
+def main() -> None:
+    import torch
+
+    summary: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
+    import vllm
+
+    summary["vllm"] = vllm.__version__
+    steps = os.environ.get("STEPS", "tiny,harness").split(",")
+    if "tiny" in steps:
+        tiny(summary)
+    if "harness" in steps:
+        harness(summary)
+    print(json.dumps(summary, indent=2, default=str), flush=True)
+
+
+def tiny(summary: dict) -> None:
+    """Step 1: the tiny Llama through each line's stock extractor, against transformers."""
+    from e2e import tiny_models
+    from spec_compat import rehearsal
+    from spec_compat.reference import oracle
+
+    work = Path(tempfile.mkdtemp(prefix="release-"))
+    model = tiny_models.build_llama(work / "tiny-llama")
+    prompts = tiny_models.random_prompts(14, 2, 255)
+    expected = oracle(model, prompts, LAYERS)  # transformers, float32, CPU
+    summary["oracle"] = "transformers float32 (CPU), tiny random Llama, 14 prompts, layers 0,2,3"
+    lines = os.environ.get("LINES", "0.3.0,0.4.0.1").split(",")
+    for dtype in os.environ.get("DTYPES", "float32,bfloat16").split(","):
+        for line in lines:
+            run = extract(line, model, prompts, dtype, work)
+            record = {k: v for k, v in run.items() if k != "results"}
+            if "results" in run:
+                try:
+                    worst = rehearsal.worst_error(run["results"], prompts, expected, tolerance=1.0)
+                    record["max_relative_error"], record["where"] = worst
+                    record["pass"] = worst[0] <= TOLERANCE if dtype == "float32" else None
+                except rehearsal.Stop as stop:
+                    record["mismatch"] = str(stop)
+            summary[f"{line} {dtype}"] = record
+            print(f"speculators {line} {dtype}: {record}", flush=True)
+            save(summary)
+    summary["bf16_noise_transformers"] = bf16_noise(model, prompts, expected)
+    save(summary)
+
+
+def harness(summary: dict) -> None:
+    """Step 2: run_h200.py's B-shm (0.4.0.1) and N on the harness model, B vs N bitwise."""
+    env = os.environ | {"ROLES": os.environ.get("ROLES", "B-shm,N"), "ROUNDS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        map(
+            str,
+            [
+                ROOT / "src",
+                KIT / "site" / "speculators-0.4.0.1",
+                KIT / "site",
+                KIT / "torchsite",
+            ],
+        )
+    )
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu" / "run_h200.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    harness = json.loads((OUT / "h200.json").read_text()) if (OUT / "h200.json").exists() else {}
+    summary["harness"] = {
+        "rc": proc.returncode,
+        "seconds": time.perf_counter() - started,
+        "median_tokens_per_s": harness.get("median_tokens_per_s"),
+        "parity_B-shm_vs_N": harness.get("parity_B-shm_vs_N_first_8_prompts"),
+        "failed_roles": [r["role"] for r in harness.get("runs", []) if "failed" in r],
+    }
+    print(proc.stdout[-6000:], proc.stderr[-3000:], flush=True)
+    save(summary)
+
+
+def bf16_noise(model: Path, prompts: list[list[int]], expected: list) -> float:
+    """transformers' bf16 forward against its float32 one, max relative error: the size of
+    difference a bf16 engine shows against the float32 oracle."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from spec_compat import rehearsal
+    from spec_compat.reference import decoder_layers
+
+    torch.backends.cudnn.enabled = False  # the image's cuDNN is older than torch's (9.19)
+    lm = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.bfloat16).cuda().eval()
+    layers_of = decoder_layers(lm)
+    captured: dict[int, torch.Tensor] = {}
+    for k in LAYERS:
+        layers_of[k].register_forward_hook(
+            lambda _m, _i, out, k=k: captured.__setitem__(
+                k, out[0] if isinstance(out, tuple) else out
+            )
+        )
+    results = []
+    with torch.no_grad():
+        for ids in prompts:
+            lm(input_ids=torch.tensor([ids], device="cuda"))
+            states = [captured[k][0].float().cpu() for k in LAYERS]
+            results.append({"input_ids": torch.tensor(ids), "hidden_states": states})
+    return rehearsal.worst_error(results, prompts, expected, tolerance=1.0)[0]
+
+
+if __name__ == "__main__":
+    main()
