@@ -14,7 +14,6 @@ installed code; the vLLM range decides only where the probe cannot (`Need.UNDECI
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import importlib
 from collections.abc import Callable, Iterable
@@ -206,6 +205,8 @@ def stamp(replacement: Any, original: Any, patch: str) -> Any:
     pickling by reference, vLLM's lookups by qualified name), `__wrapped__` (doctor, revert
     checks) and the name of the patch that made it.  Proxies (wrapt) carry all that already.
     """
+    import contextlib
+
     import wrapt
 
     if replacement is original or isinstance(replacement, wrapt.ObjectProxy):

@@ -16,9 +16,12 @@ from __future__ import annotations
 import os
 import site
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .names import ENV_PATCHES, ENV_STARTUP, ENV_STRICT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PTH_NAME = "spec_compat_startup.pth"
 ENV_SWITCH = ENV_STARTUP
@@ -74,6 +77,8 @@ def _refuse_stock_imports(exc: Exception) -> None:
 
 def hook_file() -> Path | None:
     """The installed `.pth` file this interpreter runs at start-up, if any."""
+    from pathlib import Path  # here: apply() does not need it (pathlib loads urllib)
+
     dirs = site.getsitepackages()
     if site.ENABLE_USER_SITE:
         dirs.append(site.getusersitepackages())

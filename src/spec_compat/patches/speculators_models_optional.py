@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +32,8 @@ USER = "models/eagle.py"  # inside the speculators package
 def _stock_source() -> str:
     # Not find_spec("speculators.models.eagle"): that imports speculators.models, the very
     # import that fails.
+    from pathlib import Path  # here: apply() does not need it (pathlib loads urllib)
+
     spec = importlib.util.find_spec("speculators")
     for folder in (spec.submodule_search_locations or []) if spec else []:
         path = Path(folder) / USER
