@@ -61,9 +61,7 @@ def test_a_hybrid_model_is_bitwise_vllms_own_states(speculators_dir, hybrid_mode
 
 
 @pytest.mark.parametrize("step", [256])
-def test_prompts_cut_across_steps_carry_their_state_exactly(
-    speculators_dir, line, step, tmp_path
-):
+def test_prompts_cut_across_steps_carry_their_state_exactly(speculators_dir, line, step, tmp_path):
     """Prompts of up to 1,500 tokens in steps of `step` tokens: each state layer carries
     its state from step to step as vLLM's own engine does at the same step size."""
     if line == "0.3.0":
