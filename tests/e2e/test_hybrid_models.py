@@ -14,6 +14,9 @@ import json
 
 import pytest
 
+from spec_compat import miniature
+
+from .harness import run_stock
 from .test_rehearse import rehearse, step_names
 
 pytestmark = [pytest.mark.e2e, pytest.mark.exhaustive]
@@ -90,9 +93,14 @@ def test_without_the_hybrid_planner_it_is_refused_before_loading(speculators_dir
 def test_the_stock_planner_fails_on_a_hybrid_model(speculators_dir, tmp_path):
     """What the three patches fix: with them (and the pre-load check) excluded, the stock
     extractor loads the model and then fails planning one uniform KV-cache group."""
+    (tmp_path / "source").mkdir()
     config = nemotron_h() | {"architectures": ["NemotronHForCausalLM"]}
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    excluded = ",".join((*HYBRID_PATCHES, "capture_model_check"))
-    code, report = rehearse(speculators_dir, str(tmp_path), env={"SPEC_COMPAT_EXCLUDE": excluded})
-    assert code == 1, report
-    assert "Failed to promote local KV cache specs to one unified type" in report["error"]
+    (tmp_path / "source" / "config.json").write_text(json.dumps(config))
+    model = miniature.build(tmp_path / "source", tmp_path / "model").directory
+    run = run_stock(
+        speculators_dir, model, [[1, 2, 3, 4, 5, 6, 7, 8]], [0, 3],
+        exclude=[*HYBRID_PATCHES, "capture_model_check"],
+        extra={"model_options": {"dtype": "bfloat16"}},
+    )  # fmt: skip
+    assert run.data is None, "the stock planner ran a hybrid model"
+    assert "Failed to promote local KV cache specs to one unified type" in run.log, run.tail
