@@ -11,11 +11,13 @@ Why: Model Runner V2 became the default architecture by architecture from vLLM 0
 How: the stock generator's ``__init__`` runs with ``VLLM_USE_V2_MODEL_RUNNER=0``: its
     ``VllmConfig`` validates for V1 and its workers (forked or spawned) inherit the setting;
     the previous value is restored afterwards, so other vLLM engines in the process keep
-    their choice.  V1 is still
-    present and selectable in every release through 0.33.
+    their choice.  V1 is present and selectable in every release through 0.33.  vLLM 0.34
+    removed V1 (``v1/worker/gpu_model_runner.py``) and the setting: the probe then reports
+    unsupported drift, so ``apply()`` and doctor refuse instead of letting 0.3.0 return
+    misattributed states (measured on an H200: 1.76 max relative error, no error raised).
 Upstream change: vLLM 0.22-0.29 ``config/vllm.py`` (``use_v2_model_runner``) and
-    ``v1/worker/gpu/model_runner.py``.
-Remove when: V1 is removed upstream (then the V2 batch order must be computed instead).
+    ``v1/worker/gpu/model_runner.py``; 0.34 removed V1.
+Remove when: a patch attributes rows in V2's batch order (V2's ``req_states``).
 """
 
 from __future__ import annotations
@@ -31,11 +33,22 @@ from ..patch import Patch
 KNOB = "VLLM_USE_V2_MODEL_RUNNER"
 
 
+V1_RUNNER = "vllm.v1.worker.gpu_model_runner"
+
+
 def probe(module: ModuleType) -> Verdict:
+    from importlib.util import find_spec
+
     import vllm.envs as envs
 
-    known = KNOB in getattr(envs, "environment_variables", {})
-    if not known:
+    if find_spec(V1_RUNNER) is None:
+        return Verdict(
+            Need.UNKNOWN,
+            f"no {V1_RUNNER}: vLLM removed Model Runner V1",
+            "the stock code attributes captured rows in V1's batch order; V2 sorts each "
+            "batch, so states would be misattributed",
+        )
+    if KNOB not in getattr(envs, "environment_variables", {}):
         return Verdict(Need.NOT_NEEDED, f"vllm.envs has no {KNOB}: V1 only")
     return Verdict(Need.NEEDED, f"vllm.envs.{KNOB} exists", "the stock worker code needs V1")
 
