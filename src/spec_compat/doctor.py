@@ -153,13 +153,15 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         report.seconds = time.perf_counter() - started
         return report
     targets = dict.fromkeys([GENERATOR, WORKER, *(p.module for p in REGISTRY.patches.values())])
+    refused = False
     for name in targets:  # what a run imports, so every patch is decided here
         try:
             importlib.import_module(name)
         except UnsupportedDrift:
-            pass  # recorded per patch in status()
+            refused = True  # recorded per patch in status()
         except Exception as exc:
-            report.problems.append(f"import {name} failed: {type(exc).__name__}: {exc}")
+            if not refused:  # after a refusal, stock imports that need that module fail too
+                report.problems.append(f"import {name} failed: {type(exc).__name__}: {exc}")
     report.platform = _vllm_platform()
     if model is not None:
         try:
