@@ -36,8 +36,10 @@ def text_layers(config: dict[str, Any]) -> int | None:
     return None
 
 
-def route(architectures: list[str]) -> Route:
-    """How vLLM's class for the first known architecture serves the capture."""
+def route(architectures: list[str], patched: bool = False) -> Route:
+    """How vLLM's class for the first known architecture serves the capture, in this
+    process (`patched`: in a process with every patch applied, e.g. a child that applies
+    them)."""
     from vllm.model_executor.models import ModelRegistry
     from vllm.model_executor.models.interfaces import is_hybrid, supports_eagle3
 
@@ -51,7 +53,7 @@ def route(architectures: list[str]) -> Route:
         if supports_eagle3(cls) and (refusal := setter_refusal(cls)):
             return Route(arch, name, False, f"vLLM refuses EAGLE-3 for it here: {refusal}")
         if supports_eagle3(cls) and is_hybrid(cls):
-            planned, state = hybrid_kv_planned()
+            planned, state = (True, "applied") if patched else hybrid_kv_planned()
             if not planned:
                 return Route(
                     arch, name, False,

@@ -178,7 +178,7 @@ def eagle3_architectures() -> list[Candidate]:
             blocker = "multimodal wrapper without a tiny-model builder here (docs/models.md)"
         elif not hasattr(transformers, arch):
             blocker = f"transformers {transformers.__version__} has no class {arch}"
-        elif not (routed := route([arch])).served:  # the driver refuses it before loading
+        elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
         found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls)))
     return found
