@@ -1,5 +1,6 @@
 """Sessions: `nox -s ci` (what CI runs, ~32-36 min on 2 cores), `nox -s exhaustive` (every
-proof on vLLM 0.32.0), `nox -s vision` (multimodal wrappers), `nox -s "e2e(vllm='0.32.0')"`,
+proof on vLLM 0.32.0), `nox -s sweep` (every EAGLE-3 architecture of vLLM 0.32.0),
+`nox -s vision` (multimodal wrappers), `nox -s "e2e(vllm='0.32.0')"`,
 `nox -s faults` (the fault suite of issue 20, in full), `nox -s lint`, `nox -s nightly`.
 
 Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
@@ -70,10 +71,13 @@ def _environment(session: nox.Session, vllm: str, *options: str) -> str:
 TEST_WORKERS = os.environ.get("SPEC_COMPAT_TEST_WORKERS", "2")
 
 
-def _pytest(session: nox.Session, python: str, *args: str, scope: str = "full") -> None:
+def _pytest(
+    session: nox.Session, python: str, *args: str, scope: str = "full", sweep: str = "core"
+) -> None:
     env = {
         "SPEC_COMPAT_REQUIRE_E2E": os.environ.get("SPEC_COMPAT_REQUIRE_E2E", "0"),
         "SPEC_COMPAT_E2E_SCOPE": scope,
+        "SPEC_COMPAT_SWEEP": sweep,
     }
     workers = ["-n", TEST_WORKERS] if TEST_WORKERS != "0" else []
     session.run(python, "-m", "pytest", *workers, *args, *session.posargs, env=env, external=True)
@@ -228,6 +232,19 @@ def exhaustive(session: nox.Session) -> None:
 
 
 @nox.session
+def sweep(session: nox.Session) -> None:
+    """The architecture sweep on EXHAUSTIVE_RELEASE: every `SupportsEagle3` class that
+    transformers can build, both speculators lines (~50 min; the other sessions run its
+    `CORE` subset).  `SPEC_COMPAT_SWEEP_RECORD=DIR` keeps the outcomes for docs/models.md."""
+    python = _environment(session, EXHAUSTIVE_RELEASE)
+    with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (sweep)"):
+        _pytest(
+            session, python, "tests/e2e/test_architectures.py", "-p", "no:cacheprovider",
+            "-rs", sweep="all",
+        )  # fmt: skip
+
+
+@nox.session
 def vision(session: nox.Session) -> None:
     """Multimodal wrappers on EXHAUSTIVE_RELEASE: vLLM's vision towers and transformers 5's
     image processors need torchvision, and PyPI's torchvision needs PyPI's (CUDA) torch, so
@@ -246,6 +263,7 @@ def vision(session: nox.Session) -> None:
             "-p",
             "no:cacheprovider",
             "-rs",
+            sweep="all",
         )
 
 

@@ -225,6 +225,9 @@ def build(
     if cpu:
         ensure_cpu_platform(py, vllm_version)
     run(*uv, "pip", "install", "--python", py, "--no-deps", "-e", str(ROOT))
+    # as pip does when it installs a wheel: spec_compat's bytecode, so that `apply()` does
+    # not compile its source in every process (PYTHONDONTWRITEBYTECODE=1 hosts never cache it)
+    run(py, "-m", "compileall", "-q", str(ROOT / "src" / "spec_compat"))
     for line in SPECULATORS_LINES:
         target = VENVS / f"speculators-{line}"
         if not (target / "speculators").is_dir():

@@ -29,6 +29,9 @@ WORKER_CHECKS = "spec_compat_worker_checks"
 #: vLLM's `collective_rpc` keyword for a reply that is a future: executor_pipelined_steps sets
 #: it, and the MultiprocExecutor patches it wraps (declared `after=`) pass such replies on
 NON_BLOCK = "non_block"
+#: attribute of the driver's scheduler holding a `_handoff.SchedulerRebuild` (scheduler_rebuild
+#: keeps it, generate_recovery uses it)
+SCHEDULER_REBUILD = "spec_compat_rebuild"
 #: attribute of a worker (shm_transport_worker): its transport, for `startup.worker_report`
 WORKER_TRANSPORT = "_spec_compat_transport"
 

@@ -31,12 +31,10 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname
 log = PipelineLogger(__name__)
 
 
-def parse_args() -> argparse.Namespace:
+def argument_parser(tensor_parallel_default: int) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="hidden states for EAGLE-3 training, offline")
     parser.add_argument("--target-model-path", required=True)
-    parser.add_argument(
-        "--tensor-parallel-size", type=int, default=torch.accelerator.device_count()
-    )
+    parser.add_argument("--tensor-parallel-size", type=int, default=tensor_parallel_default)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     parser.add_argument("--train-data-path", required=True)
@@ -44,7 +42,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--layer-ids", type=int, nargs="+", default=None)
     parser.add_argument("--batch-size", type=int, default=8)
-    return parser.parse_args()
+    return parser
 
 
 def load_samples(path: str, limit: int | None) -> list[dict]:
@@ -53,23 +51,50 @@ def load_samples(path: str, limit: int | None) -> list[dict]:
     return samples[:limit] if limit is not None else samples
 
 
-def save(sample: dict, path: Path) -> None:
+def save(sample: dict, path: Path) -> Path:
     torch.save(sample, path)
+    return path
 
 
-def main() -> None:
-    args = parse_args()
-    samples = load_samples(args.train_data_path, args.max_samples)
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    log.section("hidden states")
-    generator = VllmHiddenStatesGenerator(
+def build_generator(args: argparse.Namespace) -> VllmHiddenStatesGenerator:
+    return VllmHiddenStatesGenerator(
         model_path=args.target_model_path,
         layer_ids=args.layer_ids,
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
     )
+
+
+def record(sample: dict, result: dict) -> dict:
+    """What one data_{i}.pt holds."""
+    kept = len(result["input_ids"])  # the generator may cut a long prompt
+    return {
+        "input_ids": torch.as_tensor(result["input_ids"], dtype=torch.long),
+        "hidden_states": [h.contiguous() for h in result["hidden_states"]],
+        "loss_mask": torch.tensor(sample["loss_mask"][:kept], dtype=torch.long),
+    }
+
+
+def write_config(generator, args: argparse.Namespace, out: Path, num_samples: int) -> None:
+    config = DataGenerationConfig.from_generator(
+        generator=generator,
+        train_data_path=args.train_data_path,
+        seq_length=args.max_model_len,
+        cache_dir=str(out),
+        num_samples=num_samples,
+        max_samples=args.max_samples,
+    )
+    (out / "data_config.json").write_text(json.dumps(config.to_dict(), indent=2))
+
+
+def main() -> None:
+    args = argument_parser(torch.accelerator.device_count()).parse_args()
+    samples = load_samples(args.train_data_path, args.max_samples)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log.section("hidden states")
+    generator = build_generator(args)
     index = 0
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as writers:
         pending = []
@@ -77,25 +102,12 @@ def main() -> None:
             batch = samples[start : start + args.batch_size]
             results = generator.generate([s["input_ids"] for s in batch])
             for sample, result in zip(batch, results, strict=True):
-                kept = len(result["input_ids"])  # the generator may cut a long prompt
-                record = {
-                    "input_ids": result["input_ids"],
-                    "hidden_states": [h.contiguous() for h in result["hidden_states"]],
-                    "loss_mask": torch.tensor(sample["loss_mask"][:kept]),
-                }
-                pending.append(writers.submit(save, record, out / f"data_{index}.pt"))
+                saved = record(sample, result)
+                pending.append(writers.submit(save, saved, out / f"data_{index}.pt"))
                 index += 1
         for future in pending:
             future.result()
-    config = DataGenerationConfig.from_generator(
-        generator=generator,
-        train_data_path=args.train_data_path,
-        seq_length=args.max_model_len,
-        cache_dir=str(out),
-        num_samples=len(samples),
-        max_samples=args.max_samples,
-    )
-    (out / "data_config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    write_config(generator, args, out, len(samples))
     log.info(f"saved {index} samples to {out}")
 
 

@@ -6,8 +6,12 @@ SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int
        "calls": [[prompt indices]...], "apply": bool, "only": [...]|null,
        "exclude": [...]|null, "out": file.pt, "catch_errors": bool,
        "tensor_parallel_size": int, "drop_results": bool, "model_options": {...},
-       "interrupt_call": n, "sigint_in_reply_call": n, "kill_worker_call": n,
-       "kv_blocks": n}
+       "interrupt_call": n, "sample_interrupt_call": n, "sigint_in_reply_call": n,
+       "kill_worker_call": n, "kv_blocks": n, "interrupt_points": k, "traced": [modules],
+       "raise_there": bool}
+
+With "interrupt_points", one call of every prompt is interrupted at k points chosen by count
+and followed each time by a clean call (interrupt_points.py); that file's result is written.
 
 With "models": [dir, or [dir, layers]] instead of "model", one generator per model is
 built in turn in this one process (the architecture sweep), each serving every call; a
@@ -60,6 +64,8 @@ def run_calls(generator, spec: dict, timings: dict[str, float]) -> list:
             kill_worker(generator, spec, timings)
         if n == spec.get("interrupt_call"):
             restore = interrupt_second_step(generator)
+        elif n == spec.get("sample_interrupt_call"):
+            restore = interrupt_before_sampling(generator)
         elif n == spec.get("sigint_in_reply_call"):
             restore = sigint_in_reply_wait(generator)
         try:
@@ -102,6 +108,19 @@ def interrupt_second_step(generator):
 
     executor.execute_model = execute_model
     return lambda: vars(executor).pop("execute_model", None)
+
+
+def interrupt_before_sampling(generator):
+    """Test-only: Ctrl-C between a step's two phases: `execute_model` ran on the workers,
+    the `sample_tokens` that finishes the step is never sent; returns what undoes it."""
+    executor = generator.executor
+
+    def sample_tokens(*args, **kwargs):
+        vars(executor).pop("sample_tokens", None)  # once: Ctrl-C lands one time
+        raise KeyboardInterrupt("Ctrl-C between execute_model and sample_tokens")
+
+    executor.sample_tokens = sample_tokens
+    return lambda: vars(executor).pop("sample_tokens", None)
 
 
 def small_kv_cache(gen, blocks: int) -> None:
@@ -210,6 +229,20 @@ def main() -> None:
             torch.save({"sweep": sweep}, spec["out"])  # what is done survives a crash
         return
     generator = build_generator(gen, spec, spec["model"], timings)
+    if "interrupt_points" in spec:  # the many-points interrupt test (interrupt_points.py)
+        import interrupt_points
+
+        roots = interrupt_points.traced_roots(gen.__name__, spec.get("traced", []))
+        found = interrupt_points.run(
+            generator,
+            spec["prompts"],
+            spec["interrupt_points"],
+            roots,
+            raise_there=spec.get("raise_there", False),
+        )
+        torch.save(found, spec["out"])
+        generator.executor.shutdown()
+        return
     outputs = run_calls(generator, spec, timings)
     worker = None
     if spec.get("apply", True):  # a user script run through `spec-compat run` never imports it

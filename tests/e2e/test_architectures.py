@@ -3,8 +3,8 @@ architecture of the installed vLLM that transformers can build, against transfor
 
 One extractor process per speculators line builds one generator per model in turn
 (`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`: the states must come back
-in that order.  The core scope (CI) runs the subset in `CORE`; the full scope every
-candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).  `SPEC_COMPAT_SWEEP_RECORD=DIR`
+in that order.  Every session runs the subset in `CORE`; `nox -s sweep`
+(`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).  `SPEC_COMPAT_SWEEP_RECORD=DIR`
 writes each line's outcomes as JSON, from which `tools/compat_report.py --sweep DIR`
 merges into docs/architectures.json and renders into docs/models.md.
 """
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.e2e
 #: the CI subset: vLLM's Mistral (its loop lives in a parent class) and two families
 #: vLLM serves through different code paths (its own Qwen3, the transformers backend)
 CORE = ("MistralForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM")
-E2E_SCOPE = os.environ.get("SPEC_COMPAT_E2E_SCOPE", "full")
+#: "all": every candidate (`nox -s sweep`); anything else: the CORE subset
+SWEEP = os.environ.get("SPEC_COMPAT_SWEEP", "core")
 #: the model that also runs with layer_ids=None (the stock auto-selection)
 AUTO, AUTO_KEY = "MistralForCausalLM", "MistralForCausalLM, layer_ids=None"
 AUTO_LAYERS = [2, 4 // 2, 4 - 3, 4 - 1]  # speculators' choice for 4 layers: [2, 2, 1, 3]
@@ -40,11 +41,11 @@ def candidates() -> list[sweep.Candidate]:
         found = sweep.eagle3_architectures()
     except ImportError:  # no vLLM here: the E2E stack check reports it
         return []
-    if E2E_SCOPE == "core":
-        return [c for c in found if c.architecture in CORE]
     if only := os.environ.get("SPEC_COMPAT_SWEEP_ONLY"):  # e.g. re-running what failed
         return [c for c in found if c.architecture in only.split(",")]
-    return found
+    if SWEEP == "all":
+        return found
+    return [c for c in found if c.architecture in CORE]
 
 
 CANDIDATES = candidates()

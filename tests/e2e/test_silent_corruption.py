@@ -176,6 +176,20 @@ def test_a_call_interrupted_midway_leaves_the_generator_serving(patched_battery,
     assert compare(results, prompts, llama_oracle(prompts)) <= TOLERANCE
 
 
+@pytest.mark.fault
+def test_a_call_interrupted_between_a_steps_two_phases_leaves_the_generator_serving(
+    patched_battery, llama_oracle
+):
+    """Ctrl-C after a step's `execute_model` ran on the workers and before its
+    `sample_tokens`: the next call is exact (0.3.0's failed: "sample_tokens() must be called
+    after execute_model() returns None")."""
+    error = patched_battery.error("interrupted before sampling")
+    assert error == "KeyboardInterrupt: Ctrl-C between execute_model and sample_tokens", error
+    prompts = patched_battery.calls["after a sampling interrupt"]
+    results = patched_battery.results("after a sampling interrupt")
+    assert compare(results, prompts, llama_oracle(prompts)) <= TOLERANCE
+
+
 def interrupted_then_again(speculators_dir, model, excluded: str, interruption: str):
     """The 33-prompt call twice without `excluded`, the first interrupted (`interruption`:
     a run_extractor option); returns what the second call gave."""

@@ -29,6 +29,7 @@ ORDER = (
     "kv_cache_hybrid_groups",
     "kv_cache_hybrid_plan",
     "scheduler_block_size",
+    "scheduler_rebuild",
     "request_eos_token_id",
     "request_block_hashes_off",
     # MultiprocExecutor

@@ -8,10 +8,11 @@ sets for those it wraps, is ``names.NON_BLOCK``.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..names import WORKER_CHECKS
+from ..names import SCHEDULER_REBUILD, WORKER_CHECKS
 
 
 @dataclass
@@ -47,3 +48,20 @@ class WorkerChecks:
         """The workers tested every row of this call's replies and found none failing."""
         checks = cls.on(executor)
         return checks is not None and bool(checks.counts) and all(n == 0 for n in checks.counts)
+
+
+@dataclass(frozen=True)
+class SchedulerRebuild:
+    """scheduler_rebuild -> generate_recovery: builds a fresh scheduler with the arguments
+    the stock code built this one with.  Kept on the scheduler (``names.SCHEDULER_REBUILD``).
+    """
+
+    build: Callable[[], Any]
+
+    @staticmethod
+    def on(scheduler: Any) -> SchedulerRebuild | None:
+        return getattr(scheduler, SCHEDULER_REBUILD, None)
+
+    def keep(self, scheduler: Any) -> Any:
+        setattr(scheduler, SCHEDULER_REBUILD, self)
+        return scheduler

@@ -7,12 +7,17 @@ Why: the stock ``generate`` adds every prompt to its scheduler and aborts them o
     leaves its requests in the scheduler holding KV blocks; later calls schedule them
     beside their own and fail ("Request req_4_24 not found in captured states"), so a
     long data run that catches errors must rebuild the engine.
-How: ``generate`` is wrapped; when the call raises anything, every request the scheduler
-    still holds is finished as aborted (its blocks freed; the workers drop it at the next
-    step) and the workers' capture state is reset through the stock ``_reset_capture``
-    (which also frees the failed call's shared memory at once) before the exception goes
-    on unchanged.  Workers that died are left alone (``executor_rpc_in_step`` says the
-    engine must be rebuilt).
+How: ``generate`` is wrapped; when the call raises anything, the scheduler is replaced
+    with a fresh one built as the stock code built it (``scheduler_rebuild``: the call may
+    have torn its state) whose next step tells the workers to drop every request the old
+    one knew (without ``scheduler_rebuild``, every request it holds is finished as aborted),
+    a step whose first phase ran without its ``sample_tokens`` (Ctrl-C between the
+    two) is finished with ``sample_tokens(None)``, as ``EngineCore.step`` would (a no-op on
+    a worker with no step open; without it the next step fails: "sample_tokens() must be
+    called after execute_model() returns None"), and the workers' capture state is reset
+    through the stock ``_reset_capture`` (which also frees the failed call's shared memory
+    at once) before the exception goes on unchanged.  Workers that died are left alone
+    (``executor_rpc_in_step`` says the engine must be rebuilt).
 Upstream change: none; the stock extractor never cleaned up after a failed call.
 Remove when: the extractor aborts its requests on failure.
 """
@@ -26,13 +31,24 @@ from typing import Any
 from ..gates import Need, Verdict
 from ..names import GENERATOR, RESET_CAPTURE
 from ..patch import Patch
+from ._handoff import SchedulerRebuild
 
 
-def release_requests(generator: Any, aborted: Any) -> None:
-    scheduler = getattr(generator, "scheduler", None)
-    live = list(getattr(scheduler, "requests", None) or ())
-    if live:
-        scheduler.finish_requests(live, aborted)
+def renew_scheduler(generator: Any, aborted: Any) -> None:
+    old = getattr(generator, "scheduler", None)
+    rebuild = SchedulerRebuild.on(old)
+    if rebuild is None:  # scheduler_rebuild not selected: abort what the scheduler holds
+        if live := list(getattr(old, "requests", None) or ()):
+            old.finish_requests(live, aborted)
+        return
+    known = set(old.requests) | set(old.finished_req_ids)
+    for queue in (old.running, old.waiting):
+        known.update(request.request_id for request in queue)
+    fresh = rebuild.build()
+    fresh.finished_req_ids.update(known)  # sent with the next step: the workers drop them
+    generator.scheduler = fresh
+    with contextlib.suppress(Exception):
+        old.shutdown()
 
 
 def reset_workers(generator: Any) -> None:
@@ -40,6 +56,8 @@ def reset_workers(generator: Any) -> None:
     if executor is None or getattr(executor, "is_failed", False):
         return
     with contextlib.suppress(Exception):  # the call's own error is the one to tell
+        if hasattr(executor, "sample_tokens"):  # two-phase steps (vLLM 0.11.1+)
+            executor.sample_tokens(None)
         executor.collective_rpc(RESET_CAPTURE)
 
 
@@ -62,7 +80,7 @@ def wrap(original: Any) -> Any:
         try:
             return original(self, *args, **kwargs)
         except BaseException:
-            release_requests(self, aborted)
+            renew_scheduler(self, aborted)
             reset_workers(self)
             raise
 
