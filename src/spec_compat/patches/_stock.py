@@ -53,3 +53,20 @@ def prompt_lists(token_ids: Any) -> list[list[int]]:
     if hasattr(token_ids, "tolist"):
         return token_ids.tolist()
     return [t.tolist() if hasattr(t, "tolist") else list(t) for t in token_ids]
+
+
+def config_field(
+    module: Any, name: str, installed: type, field: str
+) -> tuple[Verdict | None, inspect.Parameter | None]:
+    """A probe's first half for a config field that a patch makes the stock ``name(...)``
+    call pass: a verdict where that settles it (the stock call sets the field: not needed;
+    the installed class lacks it: drift), else the installed class's parameter."""
+    from ..stock_source import stock_passes
+
+    found = signature_text(installed)
+    if stock_passes(module, name, field):
+        return Verdict(Need.NOT_NEEDED, found, f"the stock call sets {field}"), None
+    param = parameters(installed).get(field)
+    if param is None:
+        return Verdict(Need.UNKNOWN, found, f"{name} has no {field}"), None
+    return None, param

@@ -19,29 +19,19 @@ from typing import Any
 from ..gates import Need, Verdict, signature_text
 from ..names import GENERATOR
 from ..patch import Patch
-from ..stock_source import stock_passes
-from ._stock import parameters, with_kwargs
+from ._stock import config_field, with_kwargs
 
 FIELD = "enable_prefix_caching"
 
 
-def _installed() -> Any:
+def probe(module: ModuleType) -> Verdict:
     from vllm.config import CacheConfig
 
-    return CacheConfig
-
-
-def probe(module: ModuleType) -> Verdict:
-    installed = _installed()
-    found = signature_text(installed)
-    if stock_passes(module, "CacheConfig", FIELD):
-        return Verdict(Need.NOT_NEEDED, found, f"the stock call sets {FIELD}")
-    param = parameters(installed).get(FIELD)
-    if param is None:
-        return Verdict(Need.UNKNOWN, found, f"CacheConfig has no {FIELD}")
-    if param.default:
-        return Verdict(Need.NEEDED, found, f"{FIELD} defaults to {param.default!r}")
-    return Verdict(Need.NOT_NEEDED, found, f"{FIELD} defaults to {param.default!r}")
+    verdict, param = config_field(module, "CacheConfig", CacheConfig, FIELD)
+    if verdict is not None:
+        return verdict
+    need = Need.NEEDED if param.default else Need.NOT_NEEDED
+    return Verdict(need, signature_text(CacheConfig), f"{FIELD} defaults to {param.default!r}")
 
 
 def wrap(original: Any) -> Any:

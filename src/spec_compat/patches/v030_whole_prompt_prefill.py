@@ -24,25 +24,18 @@ from typing import Any
 from ..gates import Need, Verdict, signature_text
 from ..names import GENERATOR
 from ..patch import Patch
-from ..stock_source import stock_passes
-from ._stock import parameters, with_kwargs
+from ._stock import config_field, with_kwargs
 
 FIELD = "enable_chunked_prefill"
 
 
-def _installed() -> Any:
+def probe(module: ModuleType) -> Verdict:
     from vllm.config import SchedulerConfig
 
-    return SchedulerConfig
-
-
-def probe(module: ModuleType) -> Verdict:
-    installed = _installed()
-    found = signature_text(installed)
-    if stock_passes(module, "SchedulerConfig", FIELD):
-        return Verdict(Need.NOT_NEEDED, found, f"the stock call sets {FIELD}")
-    if FIELD not in parameters(installed):
-        return Verdict(Need.UNKNOWN, found, f"SchedulerConfig has no {FIELD}")
+    verdict, _ = config_field(module, "SchedulerConfig", SchedulerConfig, FIELD)
+    if verdict is not None:
+        return verdict
+    found = signature_text(SchedulerConfig)
     return Verdict(Need.NEEDED, found, "the 0.3.0 loop cannot resume a partly prefilled prompt")
 
 
