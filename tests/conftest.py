@@ -59,3 +59,29 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "e2e" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="; ".join(missing)))
+
+
+@pytest.fixture
+def stock_module(tmp_path, monkeypatch):
+    """Makes fresh importable modules standing in for a speculators module (not imported
+    yet): `stock_module(source)` returns the new module's name.  speculators counts as 0.3.0
+    and no parent's patch selection is inherited."""
+    from packaging.version import Version
+
+    from spec_compat import gates
+    from spec_compat.names import ENV_PATCHES
+
+    made: list[str] = []
+
+    def make(source: str) -> str:
+        name = f"fake_stock_{os.urandom(4).hex()}"
+        (tmp_path / f"{name}.py").write_text(source)
+        made.append(name)
+        return name
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+    monkeypatch.delenv(ENV_PATCHES, raising=False)
+    yield make
+    for name in made:
+        sys.modules.pop(name, None)

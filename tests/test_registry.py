@@ -29,15 +29,9 @@ def build():
 
 
 @pytest.fixture
-def stock(tmp_path, monkeypatch):
+def stock(stock_module):
     """A fresh importable module standing in for a speculators module, not yet imported."""
-    name = f"fake_stock_{os.urandom(4).hex()}"
-    (tmp_path / f"{name}.py").write_text(STOCK_SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
-    monkeypatch.delenv(ENV_PATCHES, raising=False)
-    yield name
-    sys.modules.pop(name, None)
+    return stock_module(STOCK_SOURCE)
 
 
 def _make_fix(original):

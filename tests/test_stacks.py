@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 
 import pytest
-from packaging.version import Version
 
-from spec_compat import REGISTRY, gates, patches, stacks
+from spec_compat import REGISTRY, patches, stacks
 from spec_compat.gates import Need, Verdict
-from spec_compat.names import ENV_PATCHES
 from spec_compat.patch import Patch, State
 from spec_compat.registry import Registry
 from spec_compat.stacks import StackError
@@ -143,16 +139,8 @@ def test_broken_declarations_are_refused_with_the_reason():
 
 
 @pytest.fixture
-def stock(tmp_path, monkeypatch):
-    name = f"fake_stack_{os.urandom(4).hex()}"
-    (tmp_path / f"{name}.py").write_text(
-        "def forward():\n    return 'stock'\n\n\ndef setup(): ...\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
-    monkeypatch.delenv(ENV_PATCHES, raising=False)
-    yield name
-    sys.modules.pop(name, None)
+def stock(stock_module):
+    return stock_module("def forward():\n    return 'stock'\n\n\ndef setup(): ...\n")
 
 
 def test_a_superseded_patch_says_so_and_is_not_applied(stock):

@@ -4,8 +4,8 @@ architecture of the installed vLLM that transformers can build, against transfor
 One extractor process per speculators line builds one generator per model in turn
 (`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`: the states must come back
 in that order.  Every session runs the subset in `CORE`; `nox -s sweep`
-(`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).  `SPEC_COMPAT_SWEEP_RECORD=DIR`
-writes each line's outcomes as JSON, from which `tools/compat_report.py --sweep DIR`
+(`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).
+`SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which `tools/compat_report.py --sweep DIR`
 merges into docs/architectures.json and renders into docs/models.md.
 """
 
