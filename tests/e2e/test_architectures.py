@@ -5,8 +5,9 @@ One extractor process per speculators line builds one generator per model in tur
 (`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`: the states must come back
 in that order.  Every session runs the subset in `CORE`; `nox -s sweep`
 (`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).
-`SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which `tools/compat_report.py --sweep DIR`
-merges into docs/architectures.json and renders into docs/models.md.
+`SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which
+`tools/compat_report.py --sweep DIR` merges into docs/architectures.json and renders into
+docs/models.md.
 """
 
 from __future__ import annotations
