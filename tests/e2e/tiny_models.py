@@ -138,7 +138,27 @@ def build_llava(directory: Path, layers: int = 4, seed: int = 0) -> Path:
         vision_feature_select_strategy="default",
         image_token="<image>",
     ).save_pretrained(directory)
-    return _save(LlavaForConditionalGeneration(config), directory, text_architecture)
+    _save(LlavaForConditionalGeneration(config), directory, text_architecture)
+    # transformers 5 saves CLIP's tower without its `vision_model` level; the released Llava
+    # checkpoints (llava-hf/*), which vLLM's loader maps, have it, and transformers 5 reads
+    # both: write the released layout, what users load
+    return _rename_weights(
+        directory,
+        lambda key: (
+            key.replace("vision_tower.", "vision_tower.vision_model.", 1)
+            if key.startswith("vision_tower.") and not key.startswith("vision_tower.vision_model.")
+            else key
+        ),
+    )
+
+
+def _rename_weights(directory: Path, rename) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    for path in directory.glob("*.safetensors"):
+        tensors = load_file(path)
+        save_file({rename(k): v for k, v in tensors.items()}, path, metadata={"format": "pt"})
+    return directory
 
 
 def build_qwen3_moe(directory: Path, layers: int = 4, seed: int = 0) -> Path:
