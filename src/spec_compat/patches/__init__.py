@@ -24,6 +24,7 @@ ORDER = (
     "cpu_attention_block_size",
     "scheduler_config_initvars",
     "v030_whole_prompt_prefill",
+    "engine_batch_defaults",
     "kv_cache_config_specs",
     "kv_cache_hybrid_unify",
     "kv_cache_hybrid_groups",
