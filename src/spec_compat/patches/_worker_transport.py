@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 COPY_THREADS = int(os.environ.get("SPEC_COMPAT_COPY_THREADS", min(4, (os.cpu_count() or 2) // 2)))
 
 
+#: speculators' own MAX_NUM_SEQS, which sized the first arena before vLLM's settings
+STOCK_MAX_NUM_SEQS = 32
+
+
 def _limits(worker: Any) -> tuple[int, int]:
     """The worker's (max_num_seqs, max_model_len), 0 where unknown."""
     config = getattr(worker, "vllm_config", None)
@@ -186,8 +190,10 @@ class PerLayerTransport:
 
     def _new_arena(self, worker: Any, layers: int, width: int, like: Any, rows: int):
         seqs, model_len = _limits(worker)
-        # one call's rows, twice: room for requests prefilled over several steps
-        capacity = max(rows, 2 * (seqs or 1) * model_len)
+        # one call's rows, twice: room for requests prefilled over several steps; a call of
+        # the stock 32 prompts at most (vLLM's 1,024 a step would reserve 68 GB for an 8 B
+        # model): larger calls grow it
+        capacity = max(rows, 2 * min(seqs or 1, STOCK_MAX_NUM_SEQS) * model_len)
         nbytes = layers * capacity * width * like.element_size()
         if nbytes > shm_free_bytes() * 0.9:
             log.warning("spec_compat: /dev/shm too small for %d bytes; stock RPC path", nbytes)
