@@ -190,9 +190,9 @@ class PerLayerTransport:
 
     def _new_arena(self, worker: Any, layers: int, width: int, like: Any, rows: int):
         seqs, model_len = _limits(worker)
-        # one call's rows, twice: room for requests prefilled over several steps; a call of
-        # the stock 32 prompts at most (vLLM's 1,024 a step would reserve 68 GB for an 8 B
-        # model): larger calls grow it
+        # one call's rows, twice: room for requests prefilled over several steps; sized for
+        # calls of the stock 32 prompts (vLLM's 1,024 would reserve tens of GB up front):
+        # larger calls grow it
         capacity = max(rows, 2 * min(seqs or 1, STOCK_MAX_NUM_SEQS) * model_len)
         nbytes = layers * capacity * width * like.element_size()
         if nbytes > shm_free_bytes() * 0.9:
