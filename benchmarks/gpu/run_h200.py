@@ -236,6 +236,13 @@ def native(role: str, model: str, rounds: int) -> None:
         outputs = llm.generate(batch, params, use_tqdm=False)
         generated = time.perf_counter()
         paths = [o.kv_transfer_params["hidden_states_path"] for o in outputs]
+        # with vLLM's defaults (asynchronous scheduling) the last request's file can appear
+        # after generate() returned: a user of the files waits for them, inside the timing
+        waited = time.perf_counter()
+        while not all(os.path.exists(p) for p in paths):
+            if time.perf_counter() - waited > 60:
+                raise TimeoutError("native files still missing 60 s after generate()")
+            time.sleep(0.001)
         if role.startswith("N-files"):
             os.sync()
             synced = time.perf_counter()

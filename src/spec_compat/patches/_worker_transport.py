@@ -76,7 +76,10 @@ class PerRequestTransport:
             seqs, model_len = _limits(worker)
             width, dtype = states[0].shape[1], states[0].dtype
             block_rows = model_len or states[0].shape[0]
-            store = CallStore(len(states), width, dtype, block_rows, seqs or 32, self.pool)
+            # segments of the stock 32 requests: one 8-prompt call maps one segment, as
+            # before vLLM's 1,024 prompts a step (larger calls take several, reused)
+            per_segment = min(seqs or STOCK_MAX_NUM_SEQS, STOCK_MAX_NUM_SEQS)
+            store = CallStore(len(states), width, dtype, block_rows, per_segment, self.pool)
             self.call, self.used = (store, RowMatcher()), "per request"
         store, matcher = self.call
         step = _Chunk(states)
