@@ -27,7 +27,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 
 STOCK_CONSTANTS = ("MAX_NUM_SEQS", "MIN_MAX_BATCHED_TOKENS")
 
@@ -79,13 +79,9 @@ def wrap(original: Any) -> Any:
     return SchedulerConfig
 
 
-PATCH = Patch(
-    name="engine_batch_defaults",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="SchedulerConfig",
     summary="vLLM's own offline batch settings (prompts and tokens a step), not 32 prompts",
-    probe=probe,
-    wrap=wrap,
     before=("v030_whole_prompt_prefill",),  # that one sets the chunked prefill this one reads
 )
