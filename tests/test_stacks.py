@@ -27,6 +27,7 @@ RELIED_ON = [
     ("v04_batches_of_max_num_seqs", "generate_recovery", "recovery sees every failure"),
     ("worker_eagle3_capture", "shm_transport_worker", "the stock class's method, inherited"),
     ("kv_cache_config_specs", "kv_cache_hybrid_plan", "it wraps that patch's adapter"),
+    ("engine_batch_defaults", "v030_whole_prompt_prefill", "it reads the chunked prefill set"),
 ]
 
 #: every stack as it was applied before the order came from declarations (issue 35)
@@ -37,6 +38,7 @@ TODAY = {
     ],
     "vllm_hidden_states_generator.SchedulerConfig": [
         "scheduler_config_initvars",
+        "engine_batch_defaults",
         "v030_whole_prompt_prefill",
     ],
     "vllm_hidden_states_generator.VllmHiddenStatesGenerator.__init__": [

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -23,6 +24,7 @@ from typing import Any, Literal
 
 from . import gates
 from .gates import Need, Verdict
+from .names import GENERATOR
 
 Side = Literal["driver", "worker", "both"]  # both: the driver and every vLLM worker
 
@@ -165,6 +167,23 @@ class Patch(Gated):
 
     def examine(self, module: ModuleType | None) -> Verdict:
         return self.probe(module)
+
+
+def declare(
+    module_name: str,
+    *,
+    target: str,
+    summary: str,
+    side: Side = "driver",
+    module: str = GENERATOR,
+    **declared: Any,
+) -> Patch:
+    """A patch module's `PATCH`: named as its module, with that module's own `probe` and
+    `wrap` (every patch module defines both), on the stock extractor's module in the driver
+    unless `module=` / `side=` say otherwise; `declared`: the rest of `Patch`'s fields."""
+    own = sys.modules[module_name]
+    name = module_name.rpartition(".")[2]
+    return Patch(name, side, module, target, summary, own.probe, own.wrap, **declared)
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,16 @@ def short_prompts() -> list[list[int]]:
 
 
 def ordered_prompts() -> list[list[int]]:
-    """33 prompts: 11+ shows speculators 0.4.x's request-id order, 33 its 32-prompt limit."""
-    return tiny_models.random_prompts(33, 2, 64, seed=3)
+    """33 prompts, ~5,000 tokens: 11+ shows speculators 0.4.x's request-id order; a call of
+    all needs two steps at the stock settings (32 prompts a step) and at vLLM's CPU default
+    (4,096 tokens a step, engine_batch_defaults)."""
+    return tiny_models.random_prompts(33, 2, 300, seed=3)
+
+
+def many_prompts() -> list[list[int]]:
+    """300 short prompts: more than one step holds at vLLM's CPU default (256 prompts) and
+    at the stock 32, speculators 0.4.x's limit on one generate()."""
+    return tiny_models.random_prompts(300, 2, 24, seed=41)
 
 
 def long_prompts() -> list[list[int]]:
@@ -86,6 +94,7 @@ def planned_calls() -> dict[str, list[list[int]]]:
         "11 prompts": ordered[:11],
         "12 prompts": ordered[:12],
         "33 prompts": ordered,
+        "300 prompts": many_prompts(),
         "long prompts": long_prompts(),
         "1 prompt": mixed[:1],
         "8 prompts": mixed[:8],

@@ -148,6 +148,15 @@ def fill_shm(leave_mb: int) -> None:
         os.posix_fallocate(f.fileno(), 0, fill)
 
 
+def engine_settings(config) -> dict:
+    """The scheduler settings the generator's engine runs at (engine_batch_defaults)."""
+    scheduler = config.scheduler_config
+    names = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")
+    return {name: getattr(scheduler, name, None) for name in names} | {
+        "enforce_eager": config.model_config.enforce_eager
+    }
+
+
 def kill_worker(generator, spec: dict, timings: dict) -> None:
     """Test-only: SIGKILL the (first) worker process, as the OOM killer does, after taking
     the worker report; wait until vLLM's monitor has seen it die."""
@@ -267,6 +276,7 @@ def main() -> None:
             "worker_checks": checks,
             # "set" where prompts are block-hashed (request_block_hashes_off turns it off)
             "block_hasher": None if getattr(generator, "block_hasher", None) is None else "set",
+            "engine": engine_settings(generator.vllm_config),
         },
         spec["out"],
     )

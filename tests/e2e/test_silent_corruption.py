@@ -40,15 +40,15 @@ STOCK_BUG_FIXES = {
 @pytest.fixture(scope="module")
 def stock_bugs(line, speculators_dir, tiny_llama):
     """The stock extractor with every other patch applied but without its data-bug fixes:
-    0.3.0 gets the chunked-prefill mix; 0.4.x 11 prompts (result order), then 33 (more
-    than 32 in one generate())."""
+    0.3.0 gets the chunked-prefill mix; 0.4.x 11 prompts (result order), then 300 (more
+    than one step holds, at the stock settings and at vLLM's)."""
     fixes = STOCK_BUG_FIXES[line[:3]]
     if line.startswith("0.3"):
         prompts = battery.long_prompts()
         calls = [list(range(len(prompts)))]
     else:
-        prompts = battery.ordered_prompts()
-        calls = [list(range(11)), list(range(33))]
+        prompts = battery.ordered_prompts()[:11] + battery.many_prompts()
+        calls = [list(range(11)), list(range(11, len(prompts)))]
     run = run_stock(
         speculators_dir,
         tiny_llama,
@@ -111,25 +111,26 @@ def test_v030_guards_refuse_what_the_stock_loop_shifts(
     assert "CorruptHiddenStates" in checked.log and "rows for" in checked.log
 
 
-def test_results_in_input_order_and_more_than_32_prompts(
+def test_results_in_input_order_and_more_prompts_than_a_step_holds(
     line, patched_battery, stock_bugs, llama_oracle
 ):
-    """11, 12 and 33 prompts come back exact and in input order; the stock 0.4.x extractor
-    returns 11 prompts in request-id string order and refuses 33."""
-    for name in ("11 prompts", "12 prompts", "33 prompts"):
+    """11, 12, 33 and 300 prompts come back exact and in input order; the stock 0.4.x
+    extractor returns 11 prompts in request-id string order and refuses 300 (more than
+    `max_num_seqs`)."""
+    for name in ("11 prompts", "12 prompts", "33 prompts", "300 prompts"):
         prompts = patched_battery.calls[name]
         assert compare(patched_battery.results(name), prompts, llama_oracle(prompts)) <= TOLERANCE
     if not line.startswith("0.4"):
         return  # 0.3.0 keeps the input order and aborts each step's requests
     prompts, stock = stock_bugs
-    eleven, thirty_three = stock.data["results"]
+    eleven, many = stock.data["results"]
     assert isinstance(eleven, list), f"the stock loop raised: {eleven}"
     got = [r["input_ids"].tolist() for r in eleven]
     assert got != prompts[:11], "the stock 0.4.x extractor returned 11 prompts in order"
     assert sorted(got) == sorted(prompts[:11])  # the same prompts, in request-id string order
     by_prompt = {tuple(p): s for p, s in zip(prompts, llama_oracle(prompts), strict=True)}
     assert compare(eleven, got, [by_prompt[tuple(p)] for p in got]) <= TOLERANCE
-    assert "not found in captured states" in thirty_three["error"]
+    assert "not found in captured states" in many["error"]
 
 
 @pytest.mark.exhaustive  # two runs of ~24k tokens: 1.5-3 min, so CI leaves it out

@@ -219,3 +219,42 @@ def test_model_runner_v1_even_when_the_user_forces_v2(
         exclude=["model_runner_v1"],
     )
     assert outcome(stock, short_prompts, short_oracle) != "match"
+
+
+#: what `vllm.LLM` resolves for the same model and length: its scheduler's batch settings
+LLM_SETTINGS = """
+import json, sys
+from vllm.engine.arg_utils import EngineArgs
+from vllm.usage.usage_lib import UsageContext
+model, length, chunked = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+args = EngineArgs(model=model, max_model_len=length, enable_chunked_prefill=chunked,
+                  enable_prefix_caching=False, enforce_eager=True)
+scheduler = args.create_engine_config(UsageContext.LLM_CLASS).scheduler_config
+print(json.dumps([scheduler.max_num_seqs, scheduler.max_num_batched_tokens]))
+"""
+
+
+@pytest.mark.exhaustive
+def test_the_engine_runs_at_the_batch_settings_vllm_gives_its_own_llm(patched_run, tiny_llama):
+    """engine_batch_defaults: the extractor's scheduler takes the prompts and tokens a step
+    that vLLM's own `LLM` resolves for the same model, length and chunked-prefill setting
+    (EngineArgs.create_engine_config, in a process of its own), not the stock 32 prompts;
+    compilation stays off.  The battery's calls (300 prompts among them) are exact at them."""
+    import json
+    import subprocess
+    import sys
+
+    from . import battery
+    from .harness import child_env
+
+    engine = patched_run.data["engine"]
+    chunked = json.dumps(engine["enable_chunked_prefill"])  # 0.3.0: off (whole prompts)
+    command = [sys.executable, "-c", LLM_SETTINGS, str(tiny_llama), str(battery.MAX_MODEL_LEN)]
+    proc = subprocess.run(
+        [*command, chunked], env=child_env(), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seqs, tokens = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (engine["max_num_seqs"], engine["max_num_batched_tokens"]) == (seqs, tokens)
+    assert seqs != 32, "the stock settings"
+    assert engine["enforce_eager"] is True

@@ -23,6 +23,7 @@ ORDER = (
     "cache_config_prefix_caching",
     "cpu_attention_block_size",
     "scheduler_config_initvars",
+    "engine_batch_defaults",
     "v030_whole_prompt_prefill",
     "kv_cache_config_specs",
     "kv_cache_hybrid_unify",

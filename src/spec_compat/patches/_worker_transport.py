@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 COPY_THREADS = int(os.environ.get("SPEC_COMPAT_COPY_THREADS", min(4, (os.cpu_count() or 2) // 2)))
 
 
+#: speculators' own MAX_NUM_SEQS, which sized the first arena before vLLM's settings
+STOCK_MAX_NUM_SEQS = 32
+
+
 def _limits(worker: Any) -> tuple[int, int]:
     """The worker's (max_num_seqs, max_model_len), 0 where unknown."""
     config = getattr(worker, "vllm_config", None)
@@ -72,7 +76,10 @@ class PerRequestTransport:
             seqs, model_len = _limits(worker)
             width, dtype = states[0].shape[1], states[0].dtype
             block_rows = model_len or states[0].shape[0]
-            store = CallStore(len(states), width, dtype, block_rows, seqs or 32, self.pool)
+            # segments of the stock 32 requests: one 8-prompt call maps one segment, as
+            # before vLLM's 1,024 prompts a step (larger calls take several, reused)
+            per_segment = min(seqs or STOCK_MAX_NUM_SEQS, STOCK_MAX_NUM_SEQS)
+            store = CallStore(len(states), width, dtype, block_rows, per_segment, self.pool)
             self.call, self.used = (store, RowMatcher()), "per request"
         store, matcher = self.call
         step = _Chunk(states)
@@ -186,8 +193,10 @@ class PerLayerTransport:
 
     def _new_arena(self, worker: Any, layers: int, width: int, like: Any, rows: int):
         seqs, model_len = _limits(worker)
-        # one call's rows, twice: room for requests prefilled over several steps
-        capacity = max(rows, 2 * (seqs or 1) * model_len)
+        # one call's rows, twice: room for requests prefilled over several steps; sized for
+        # calls of the stock 32 prompts (vLLM's 1,024 would reserve tens of GB up front):
+        # larger calls grow it
+        capacity = max(rows, 2 * min(seqs or 1, STOCK_MAX_NUM_SEQS) * model_len)
         nbytes = layers * capacity * width * like.element_size()
         if nbytes > shm_free_bytes() * 0.9:
             log.warning("spec_compat: /dev/shm too small for %d bytes; stock RPC path", nbytes)

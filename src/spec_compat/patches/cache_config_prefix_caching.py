@@ -17,8 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import config_field, with_kwargs
 
 FIELD = "enable_prefix_caching"
@@ -38,12 +37,8 @@ def wrap(original: Any) -> Any:
     return with_kwargs(original, lambda kw: kw.setdefault(FIELD, False))
 
 
-PATCH = Patch(
-    name="cache_config_prefix_caching",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="CacheConfig",
     summary="disable prefix caching (no block hasher; cached prefixes skip the capture)",
-    probe=probe,
-    wrap=wrap,
 )

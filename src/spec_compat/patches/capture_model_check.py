@@ -19,8 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import checked_init, generator_init_probe
 
 
@@ -59,12 +58,8 @@ def wrap(original: Any) -> Any:
     return checked_init(original, lambda args: check(args["model_path"], args["layer_ids"]))
 
 
-PATCH = Patch(
-    name="capture_model_check",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.__init__",
     summary="refuse a model without vLLM EAGLE-3 support, or empty layer ids, before loading",
-    probe=probe,
-    wrap=wrap,
 )

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..patch import Patch
+from ..patch import declare
 
 CONFIG = "speculators.data_generation.config_generator"
 
@@ -49,13 +49,10 @@ def wrap(original: Any) -> Any:
     return get_device_name
 
 
-PATCH = Patch(
-    name="config_device_name_without_gpu",
-    side="driver",
+PATCH = declare(
+    __name__,
     module=CONFIG,
     target="get_device_name",
     summary="name no device in data_config.json on a host without a GPU (0.4.x)",
-    probe=probe,
-    wrap=wrap,
     speculators=">=0.4",
 )

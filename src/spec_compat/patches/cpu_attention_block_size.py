@@ -19,8 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._cpu import cpu_attention_backend, cpu_block_size, kernel_block_sizes
 from ._stock import with_kwargs
 
@@ -45,13 +44,9 @@ def wrap(original: Any) -> Any:
     return with_kwargs(original, adjust)
 
 
-PATCH = Patch(
-    name="cpu_attention_block_size",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="CacheConfig",
     summary="CPU platform: a KV block size the CPU attention kernels accept (16 -> 32)",
-    probe=probe,
-    wrap=wrap,
     platform="cpu",
 )

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._cpu import cpu_mem_get_info
 
 
@@ -38,14 +38,10 @@ def wrap(original: Any) -> Any:
     return mem_get_info
 
 
-PATCH = Patch(
-    name="cpu_mem_get_info",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="mem_get_info",
     summary="CPU platform: report host memory to 0.4.x's mem_get_info()",
-    probe=probe,
-    wrap=wrap,
     speculators=">=0.4",
     platform="cpu",
 )

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_mentions
 from ._cpu import cpu_mem_get_info
 
@@ -65,14 +65,10 @@ def wrap(original: Any) -> Any:
     return torch_on_cpu()(original, fraction)
 
 
-PATCH = Patch(
-    name="cpu_torch_mem_get_info",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="torch",
     summary="CPU platform: report host memory to 0.3.0's torch.cuda.mem_get_info()",
-    probe=probe,
-    wrap=wrap,
     speculators="<0.4",
     platform="cpu",
 )

@@ -22,8 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 
 KNOB = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 
@@ -52,13 +51,9 @@ def wrap(original: type) -> type:
     return MultiprocExecutor
 
 
-PATCH = Patch(
-    name="cpu_worker_cores",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="CPU platform: the stock extractor's workers get the core vLLM keeps for a scheduler",
-    probe=probe,
-    wrap=wrap,
     platform="cpu",
 )

@@ -21,8 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 
 MAX_THREADS = 8
 
@@ -45,13 +44,9 @@ def wrap(original: Any) -> Any:
     return generate
 
 
-PATCH = Patch(
-    name="driver_copy_threads",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.generate",
     summary="GPU platforms: several torch threads for the stock driver's result copies",
-    probe=probe,
-    wrap=wrap,
     platform="gpu",
 )

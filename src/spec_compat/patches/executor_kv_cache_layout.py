@@ -21,8 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import parameters
 
 
@@ -79,12 +78,8 @@ def wrap(original: type) -> type:
     return MultiprocExecutor
 
 
-PATCH = Patch(
-    name="executor_kv_cache_layout",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="resolve and publish the KV-cache layout as EngineCore does (0.29+)",
-    probe=probe,
-    wrap=wrap,
 )

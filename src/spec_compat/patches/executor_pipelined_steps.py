@@ -29,8 +29,8 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR, NON_BLOCK, SET_METADATA
-from ..patch import Patch
+from ..names import NON_BLOCK, SET_METADATA
+from ..patch import declare
 from ..stock_source import stock_ignores_result
 
 #: replies the driver may leave outstanding: about two steps ahead of the workers, well
@@ -92,14 +92,10 @@ def settle(pending: deque, keep: int) -> None:
         raise failure
 
 
-PATCH = Patch(
-    name="executor_pipelined_steps",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="send each step's calls without waiting for the replies the stock loop ignores",
-    probe=probe,
-    wrap=wrap,
     speculators=">=0.4,<0.5",
     after=("shm_transport_driver", "v030_capture_guard"),  # they see NON_BLOCK replies
 )

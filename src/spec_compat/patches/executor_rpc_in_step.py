@@ -27,8 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 
 REBUILD = "build a new VllmHiddenStatesGenerator (this one cannot serve another call)"
 
@@ -98,13 +97,9 @@ def wrap(original: type) -> type:
     return MultiprocExecutor
 
 
-PATCH = Patch(
-    name="executor_rpc_in_step",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="hold a Ctrl-C until the workers' reply is in; say when a worker died",
-    probe=probe,
-    wrap=wrap,
     after=("executor_pipelined_steps",),  # a Ctrl-C also waits for the pipelined replies
 )

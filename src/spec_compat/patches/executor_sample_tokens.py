@@ -18,8 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_mentions
 
 
@@ -48,12 +47,8 @@ def wrap(original: type) -> type:
     return MultiprocExecutor
 
 
-PATCH = Patch(
-    name="executor_sample_tokens",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="call sample_tokens() after execute_model() (two-phase steps since 0.11.1)",
-    probe=probe,
-    wrap=wrap,
 )

@@ -33,8 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._handoff import WorkerChecks
 from ._row_checks import row_faults
 
@@ -156,13 +155,9 @@ def wrap(original: Any) -> Any:
     return generate
 
 
-PATCH = Patch(
-    name="generate_checks",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.generate",
     summary="driver: refuse empty/out-of-vocabulary prompts; refuse NaN/Inf/all-zero states",
-    probe=probe,
-    wrap=wrap,
     after=("v04_results_in_input_order", "v04_batches_of_max_num_seqs"),
 )

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..names import GENERATOR, RESET_CAPTURE
-from ..patch import Patch
+from ..patch import declare
 from ._handoff import SchedulerRebuild
 
 
@@ -87,13 +87,9 @@ def wrap(original: Any) -> Any:
     return generate
 
 
-PATCH = Patch(
-    name="generate_recovery",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.generate",
     summary="free a failed or interrupted call's requests, so the next call works",
-    probe=probe,
-    wrap=wrap,
     after=("generate_checks", "v04_batches_of_max_num_seqs"),  # it sees every failure
 )

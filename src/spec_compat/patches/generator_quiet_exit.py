@@ -21,8 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -45,12 +44,8 @@ def wrap(original: Any) -> Any:
     return __del__
 
 
-PATCH = Patch(
-    name="generator_quiet_exit",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.__del__",
     summary="no 'Exception ignored in __del__' traceback when the interpreter exits",
-    probe=probe,
-    wrap=wrap,
 )

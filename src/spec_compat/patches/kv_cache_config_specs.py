@@ -16,8 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict, binding_probe, first_attr, missing_and_unexpected
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import parameters, with_kwargs
 
 CALL = "get_kv_cache_config_from_groups"
@@ -48,13 +47,9 @@ def wrap(original: Any) -> Any:
     return with_kwargs(original, adjust)
 
 
-PATCH = Patch(
-    name="kv_cache_config_specs",
+PATCH = declare(
+    __name__,
     fixes=("get_kv_cache_config_from_groups",),
-    side="driver",
-    module=GENERATOR,
     target=CALL,
     summary="stop passing kv_cache_specs= to get_kv_cache_config_from_groups",
-    probe=probe,
-    wrap=wrap,
 )

@@ -20,8 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, first_attr, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_calls
 
 CALL = "_get_kv_cache_groups_uniform_spec"
@@ -81,13 +80,9 @@ def wrap(original: Any) -> Any:
     return _get_kv_cache_groups_uniform_spec
 
 
-PATCH = Patch(
-    name="kv_cache_hybrid_groups",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target=CALL,
     summary="hybrid models: keep per-layer KV specs for vLLM's multi-group planner",
-    probe=probe,
-    wrap=wrap,
     requires=("kv_cache_hybrid_plan",),
 )

@@ -20,8 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from .kv_cache_hybrid_groups import LayerSpecs, engine_planner, engine_planner_probe
 
 CALL = "get_kv_cache_config_from_groups"
@@ -52,14 +51,10 @@ def wrap(original: Any) -> Any:
     return get_kv_cache_config_from_groups
 
 
-PATCH = Patch(
-    name="kv_cache_hybrid_plan",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target=CALL,
     summary="hybrid models: KV-cache groups from vLLM's own planner, as EngineCore makes them",
-    probe=probe,
-    wrap=wrap,
     requires=("kv_cache_hybrid_groups",),
     after=("kv_cache_config_specs",),  # it wraps that patch's adapter
 )

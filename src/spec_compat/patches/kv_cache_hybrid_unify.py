@@ -25,8 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from .kv_cache_hybrid_groups import engine_planner_probe
 
 CALL = "unify_hybrid_kv_cache_specs"
@@ -45,13 +44,9 @@ def wrap(original: Any) -> Any:
     return unify_hybrid_kv_cache_specs
 
 
-PATCH = Patch(
-    name="kv_cache_hybrid_unify",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target=CALL,
     summary="hybrid (attention + Mamba/linear-attention) models: no forced one-type KV spec",
-    probe=probe,
-    wrap=wrap,
     requires=("kv_cache_hybrid_groups", "kv_cache_hybrid_plan"),
 )

@@ -27,8 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 
 KNOB = "VLLM_USE_V2_MODEL_RUNNER"
 
@@ -74,12 +73,8 @@ def wrap(original: Any) -> Any:
     return __init__
 
 
-PATCH = Patch(
-    name="model_runner_v1",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.__init__",
     summary="start the extractor's workers on the V1 model runner (V2 lacks input_batch)",
-    probe=probe,
-    wrap=wrap,
 )

@@ -19,8 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 
 
 def probe(module: ModuleType) -> Verdict:
@@ -41,12 +40,8 @@ def wrap(original: Any) -> Any:
     return __init__
 
 
-PATCH = Patch(
-    name="request_block_hashes_off",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.__init__",
     summary="0.4.x: no KV block hashing of prompts when prefix caching is off",
-    probe=probe,
-    wrap=wrap,
 )

@@ -16,8 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict, binding_probe, missing_and_unexpected
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import parameters
 
 MOVED = "eos_token_id"
@@ -51,13 +50,9 @@ def wrap(original: Any) -> Any:
     return Request
 
 
-PATCH = Patch(
-    name="request_eos_token_id",
+PATCH = declare(
+    __name__,
     fixes=("Request",),
-    side="driver",
-    module=GENERATOR,
     target="Request",
     summary="move Request(eos_token_id=) into SamplingParams (removed in 0.17)",
-    probe=probe,
-    wrap=wrap,
 )

@@ -18,8 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, binding_probe, missing_and_unexpected
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_calls
 from ._cpu import cpu_block_size
 from ._stock import parameters
@@ -82,13 +81,9 @@ def wrap(original: Any) -> Any:
     return Scheduler
 
 
-PATCH = Patch(
-    name="scheduler_block_size",
+PATCH = declare(
+    __name__,
     fixes=("Scheduler",),
-    side="driver",
-    module=GENERATOR,
     target="Scheduler",
     summary="pass Scheduler the block size EngineCore would (required since 0.11.1)",
-    probe=probe,
-    wrap=wrap,
 )

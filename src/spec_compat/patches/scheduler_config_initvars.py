@@ -16,8 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict, binding_probe, missing_and_unexpected
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import parameters, with_kwargs
 
 DEFAULTS = {"is_encoder_decoder": False}
@@ -48,13 +47,9 @@ def wrap(original: Any) -> Any:
     return with_kwargs(original, adjust)
 
 
-PATCH = Patch(
-    name="scheduler_config_initvars",
+PATCH = declare(
+    __name__,
     fixes=("SchedulerConfig",),
-    side="driver",
-    module=GENERATOR,
     target="SchedulerConfig",
     summary="pass is_encoder_decoder=False, now a required SchedulerConfig init-var",
-    probe=probe,
-    wrap=wrap,
 )

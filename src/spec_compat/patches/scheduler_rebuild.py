@@ -22,8 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._handoff import SchedulerRebuild
 
 
@@ -41,13 +40,9 @@ def wrap(original: Any) -> Any:
     return Scheduler
 
 
-PATCH = Patch(
-    name="scheduler_rebuild",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="Scheduler",
     summary="keep how the scheduler was built, so recovery can replace a torn one",
-    probe=probe,
-    wrap=wrap,
     after=("scheduler_block_size",),  # a rebuilt scheduler gets the engine's block size too
 )

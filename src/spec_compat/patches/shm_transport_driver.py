@@ -32,14 +32,13 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..names import (
-    GENERATOR,
     GET_CAPTURED,
     NON_BLOCK,
     RECYCLE_SEGMENTS,
     RESET_CAPTURE,
     WORKER_CHECKED,
 )
-from ..patch import Patch
+from ..patch import declare
 from ._handoff import WorkerChecks
 
 
@@ -86,12 +85,8 @@ def wrap(original: type) -> type:
     return MultiprocExecutor
 
 
-PATCH = Patch(
-    name="shm_transport_driver",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="read captured states from the workers' shared-memory arena (no pickling)",
-    probe=probe,
-    wrap=wrap,
 )

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..names import GET_CAPTURED, RESET_CAPTURE, STORE_CAPTURED, WORKER, WORKER_TRANSPORT
-from ..patch import Patch
+from ..patch import declare
 
 METHODS = (RESET_CAPTURE, STORE_CAPTURED, GET_CAPTURED)
 
@@ -84,13 +84,11 @@ def wrap(original: type) -> type:
     return HiddenStatesWorkerExtension
 
 
-PATCH = Patch(
-    name="shm_transport_worker",
+PATCH = declare(
+    __name__,
     side="worker",
     module=WORKER,
     target="HiddenStatesWorkerExtension",
     summary="captured states go to the driver through a shared-memory arena, not pickles",
-    probe=probe,
-    wrap=wrap,
     requires=("shm_transport_driver",),
 )

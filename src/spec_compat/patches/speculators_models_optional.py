@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..patch import Patch
+from ..patch import declare
 
 REMOVED = "transformers.modeling_attn_mask_utils"
 USER = "models/eagle.py"  # inside the speculators package
@@ -81,12 +81,10 @@ def wrap(original: Any) -> Any:
     return classmethod(auto_import_package_modules)
 
 
-PATCH = Patch(
-    name="speculators_models_optional",
+PATCH = declare(
+    __name__,
     side="both",
     module="speculators.utils.auto_importer",
     target="AutoImporterMixin.auto_import_package_modules",
     summary="import speculators when its model modules need removed transformers APIs",
-    probe=probe,
-    wrap=wrap,
 )

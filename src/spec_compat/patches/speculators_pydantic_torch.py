@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..patch import Patch
+from ..patch import declare
 
 
 def _string_torch_annotations() -> dict[str, str]:
@@ -61,12 +61,10 @@ def wrap(original: Any) -> Any:
     return classmethod(reload_schema)
 
 
-PATCH = Patch(
-    name="speculators_pydantic_torch",
+PATCH = declare(
+    __name__,
     side="both",
     module="speculators.utils.pydantic_utils",
     target="ReloadableBaseModel.reload_schema",
     summary="import speculators under transformers 5 (pydantic: name 'torch' is not defined)",
-    probe=probe,
-    wrap=wrap,
 )

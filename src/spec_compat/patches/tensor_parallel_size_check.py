@@ -19,8 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import checked_init, generator_init_probe
 
 ARGUMENT = "tensor_parallel_size"
@@ -68,12 +67,8 @@ def wrap(original: Any) -> Any:
     return checked_init(original, lambda args: check(args[ARGUMENT]))
 
 
-PATCH = Patch(
-    name="tensor_parallel_size_check",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.__init__",
     summary="refuse tensor_parallel_size 0 (no GPU) or above the visible GPUs, before loading",
-    probe=probe,
-    wrap=wrap,
 )

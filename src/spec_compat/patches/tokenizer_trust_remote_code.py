@@ -17,8 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_calls
 
 CALL = "AutoTokenizer.from_pretrained"
@@ -52,12 +51,8 @@ def probe(module: ModuleType) -> Verdict:
     return Verdict(Need.NOT_NEEDED, found, "the stock call passes trust_remote_code")
 
 
-PATCH = Patch(
-    name="tokenizer_trust_remote_code",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="AutoTokenizer",
     summary="load the tokenizer with trust_remote_code=True (custom tokenizer code)",
-    probe=probe,
-    wrap=wrap,
 )

@@ -21,8 +21,8 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR, GET_CAPTURED, NON_BLOCK, RESET_CAPTURE
-from ..patch import Patch
+from ..names import GET_CAPTURED, NON_BLOCK, RESET_CAPTURE
+from ..patch import declare
 from ..stock_source import stock_mentions
 
 
@@ -86,14 +86,10 @@ def wrap(original: type) -> type:
     return MultiprocExecutor
 
 
-PATCH = Patch(
-    name="v030_capture_guard",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="speculators 0.3.0: raise instead of returning shifted or short hidden states",
-    probe=probe,
-    wrap=wrap,
     speculators="<0.4",
     after=("shm_transport_driver",),  # counts the rows of tensors, not of descriptors
 )

@@ -24,8 +24,8 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR, GET_CAPTURED
-from ..patch import Patch
+from ..names import GET_CAPTURED
+from ..patch import declare
 from ._stock import parameters
 
 
@@ -72,15 +72,11 @@ def wrap(original: type) -> type:
     return MultiprocExecutor
 
 
-PATCH = Patch(
-    name="v030_collective_rpc_reply",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="MultiprocExecutor",
     summary="speculators 0.3.0: wrap unique collective_rpc replies in a list (silent "
     "wrong-layer bug)",
-    probe=probe,
-    wrap=wrap,
     speculators="<0.4",
     vllm=">=0.11.1",
     after=("shm_transport_driver",),  # checks and wraps tensors, not the transport's descriptors

@@ -22,8 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ._stock import config_field, with_kwargs
 
 FIELD = "enable_chunked_prefill"
@@ -43,13 +42,9 @@ def wrap(original: Any) -> Any:
     return with_kwargs(original, lambda kw: kw.setdefault(FIELD, False))
 
 
-PATCH = Patch(
-    name="v030_whole_prompt_prefill",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="SchedulerConfig",
     summary="speculators 0.3.0: no chunked prefill (partly prefilled prompts were lost)",
-    probe=probe,
-    wrap=wrap,
     speculators="<0.4",
 )

@@ -22,8 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_mentions
 
 
@@ -71,14 +70,10 @@ def wrap(original: Any) -> Any:
     return generate
 
 
-PATCH = Patch(
-    name="v04_batches_of_max_num_seqs",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.generate",
     summary="speculators 0.4.x: split calls by max_num_seqs and free KV blocks (more failed)",
-    probe=probe,
-    wrap=wrap,
     speculators=">=0.4,<0.5",
     after=("v04_results_in_input_order",),  # each stock call's results are put in order
 )

@@ -18,8 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_calls
 from ._stock import prompt_lists
 
@@ -59,13 +58,9 @@ def wrap(original: Any) -> Any:
     return generate
 
 
-PATCH = Patch(
-    name="v04_results_in_input_order",
-    side="driver",
-    module=GENERATOR,
+PATCH = declare(
+    __name__,
     target="VllmHiddenStatesGenerator.generate",
     summary="speculators 0.4.x: results in input order (>=11 prompts came back reordered)",
-    probe=probe,
-    wrap=wrap,
     speculators=">=0.4,<0.5",
 )

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..gates import Need, Verdict, signature_text
 from ..names import WORKER
-from ..patch import Patch
+from ..patch import declare
 
 
 class CaptureUnsupported(RuntimeError):
@@ -183,13 +183,11 @@ def wrap(original: Any) -> Any:
     return _setup_hidden_states_capture
 
 
-PATCH = Patch(
-    name="worker_eagle3_capture",
+PATCH = declare(
+    __name__,
     side="worker",
     module=WORKER,
     target="HiddenStatesWorkerExtension._setup_hidden_states_capture",
     summary="worker: capture vLLM's own EAGLE-3 aux states, in the caller's layer order",
-    probe=probe,
-    wrap=wrap,
     before=("shm_transport_worker",),  # the stock class's method, which its subclass inherits
 )

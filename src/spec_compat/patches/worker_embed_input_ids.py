@@ -21,7 +21,7 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..names import WORKER
-from ..patch import Patch
+from ..patch import declare
 from ..stock_source import stock_mentions
 
 OLD, NEW = "get_input_embeddings", "embed_input_ids"
@@ -49,14 +49,12 @@ def wrap(original: Any) -> Any:
     return _patched_forward
 
 
-PATCH = Patch(
-    name="worker_embed_input_ids",
+PATCH = declare(
+    __name__,
     side="worker",
     module=WORKER,
     target="_patched_forward",
     summary="speculators 0.3.0 worker: alias get_input_embeddings -> embed_input_ids",
-    probe=probe,
-    wrap=wrap,
     speculators="<0.4",
     superseded_by=("worker_eagle3_capture",),  # its capture never binds _patched_forward
 )
