@@ -108,3 +108,23 @@ def test_an_unfinished_chunk_stops_the_merge_and_a_cut_merge_finishes(tmp_path):
     (out.parent / "elsewhere.pt").rename(out / "data_3.pt")  # one file moved already
     assert merge(folders, out, "cmd") == 4
     assert json.loads((out / LENGTHS).read_text()) == {"0": 2, "1": 3, "2": 4, "3": 2}
+
+
+def test_the_scripts_own_options_are_read_as_argparse_reads_them():
+    from spec_compat.replicas.run import option
+
+    args = ["--output-dir", "a", "--batch-size=4", "--output-dir", "b"]
+    assert option(args, "--output-dir") == "b"  # the last one wins
+    assert option(args, "--batch-size") == "4"
+    assert option(args, "--seed", "0") == "0"
+
+
+def test_replicas_without_ray_say_how_to_install_it(tmp_path, capsys):
+    import importlib.util
+
+    from spec_compat.launcher import main
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("ray is installed here")
+    assert main(["--replicas", "2", "script.py", "--output-dir", str(tmp_path)]) == 2
+    assert "pip install 'spec-compat[ray]'" in capsys.readouterr().err
