@@ -30,7 +30,7 @@ def merge(chunks: Sequence[tuple[Chunk, Path]], output: Path, command: str) -> i
     """Move every finished chunk's samples into `output` and write its JSON files; returns
     the number of samples.  `chunks`: (chunk, its folder), covering [0, n) in order."""
     ordered = sorted(chunks)
-    unfinished = [c.name for c, folder in ordered if not _complete(c, folder, output)]
+    unfinished = [c.name for c, folder in ordered if not complete(c, folder, output)]
     if unfinished:
         raise IncompleteRun(f"chunks not finished: {', '.join(unfinished)}")
     output.mkdir(parents=True, exist_ok=True)
@@ -58,7 +58,7 @@ def merge(chunks: Sequence[tuple[Chunk, Path]], output: Path, command: str) -> i
     return total
 
 
-def _complete(chunk: Chunk, folder: Path, output: Path) -> bool:
+def complete(chunk: Chunk, folder: Path, output: Path) -> bool:
     """The script finished the chunk (its data_config.json is there), and each sample is in
     its folder or, moved by an earlier merge that was cut short, in `output`."""
     return (folder / CONFIG).is_file() and all(

@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..data_set import CONFIG
 from ..names import ENV_REPLICA
-from .chunks import Chunk, done, grid, repair
-from .merge import merge
+from .chunks import Chunk, grid, repair
+from .merge import complete, merge
 
 INSTALL = "pip install 'spec-compat[ray]'"
 
@@ -71,12 +72,23 @@ def plan(script: str, args: list[str], workspace: Path) -> dict[str, Any]:
     return found
 
 
+def _die_with_parent() -> None:
+    """In the script's process: SIGKILL when the actor that started it dies, so that a
+    retried chunk never has two writers (Linux; vLLM's own workers follow the script)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _actor_class(ray: Any, gpus: float, cpus: float) -> Any:
     @ray.remote(num_gpus=gpus, num_cpus=cpus, max_restarts=-1, max_task_retries=0)
     class Replica:
         def run(self, argv: list[str], env: dict[str, str], log: str) -> int:
             with open(log, "ab") as out:
-                return subprocess.run(argv, env=os.environ | env, stdout=out, stderr=out).returncode
+                return subprocess.run(
+                    argv, env=os.environ | env, stdout=out, stderr=out, preexec_fn=_die_with_parent
+                ).returncode
 
     return Replica
 
@@ -94,6 +106,9 @@ def main(ns: argparse.Namespace, script: str, args: list[str]) -> int:
         return 2
     output = Path(out).resolve()
     workspace = output.with_name(output.name + ".replicas")
+    if (output / CONFIG).is_file() and not workspace.exists():
+        print(f"spec_compat: {output} is complete (its {CONFIG} is there): nothing to do")
+        return 0
     (workspace / "logs").mkdir(parents=True, exist_ok=True)
     found = plan(script, args, workspace)
     batch = int(option(args, "--batch-size", "8"))
@@ -110,7 +125,7 @@ def main(ns: argparse.Namespace, script: str, args: list[str]) -> int:
     Replica = _actor_class(ray, gpus, 0 if gpus else 1)
     actors = [Replica.remote() for _ in range(ns.replicas)]
     attempts = dict.fromkeys(chunks, 0)
-    queue = [c for c in chunks if not done(folders[c], c)]
+    queue = [c for c in chunks if not complete(c, folders[c], output)]
     running: dict[Any, tuple[Any, Chunk]] = {}
     idle = list(actors)
     started = time.monotonic()
@@ -133,8 +148,8 @@ def main(ns: argparse.Namespace, script: str, args: list[str]) -> int:
         except ray.exceptions.RayError as error:  # the actor died: Ray restarts it
             code = f"{type(error).__name__}"
         idle.append(actor)
-        if done(folders[chunk], chunk):
-            finished = sum(c.end - c.start for c in chunks if done(folders[c], c))
+        if complete(chunk, folders[chunk], output):
+            finished = sum(c.end - c.start for c in chunks if complete(c, folders[c], output))
             print(
                 f"spec_compat: {finished}/{found['samples']} samples "
                 f"({finished / max(time.monotonic() - started, 1e-9):.1f}/s)",
