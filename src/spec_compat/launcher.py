@@ -41,10 +41,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", help="apply only these patches (comma-separated)")
     parser.add_argument("--exclude", help="leave these patches out (comma-separated)")
     parser.add_argument("-m", dest="module", help="run a module as __main__")
+    replicas = parser.add_argument_group("data-parallel on Ray (pip install 'spec-compat[ray]')")
+    replicas.add_argument("--replicas", type=int, help="copies of SCRIPT, each on a chunk")
+    replicas.add_argument("--ray-address", help="join this Ray cluster (default: a local one)")
+    replicas.add_argument("--attempts", type=int, default=3, help="tries a chunk gets")
+    replicas.add_argument("--keep-parts", action="store_true", help="keep OUTPUT.replicas")
     parser.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] or ARGS")
     args = parser.parse_args(argv)
     if not args.module and not args.target:
         parser.error("give a SCRIPT or -m MODULE")
+
+    if args.replicas is not None:
+        if args.module or args.replicas < 1:
+            parser.error("--replicas takes a SCRIPT and a count of at least 1")
+        from .replicas.run import main as replicas
+
+        script, *rest = args.target
+        return replicas(args, script, rest)
 
     import spec_compat
 

@@ -38,6 +38,9 @@ WORKER_TRANSPORT = "_spec_compat_transport"
 # -- the environment: a parent's selection, inherited by every child process ----------------
 #: the comma-separated names of the patches `apply()` chose
 ENV_PATCHES = "SPEC_COMPAT_PATCHES"
+#: a replicas run's role for this process (JSON: a plan step, or one chunk), set by
+#: `spec_compat.replicas` and read by the `replica_dataset_range` patch
+ENV_REPLICA = "SPEC_COMPAT_REPLICA"
 #: "0" when the parent chose `strict=False`
 ENV_STRICT = "SPEC_COMPAT_STRICT"
 #: "0" switches the start-up hook off (children then run unpatched)
