@@ -20,10 +20,14 @@ from typing import Any
 from .data_set import LENGTHS, LENGTHS_ONLY, SAMPLE, Report
 
 
+def stamp() -> str:
+    """A quarantine's folder name: when it was made (UTC, to the microsecond)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
 def quarantine_folder(directory: Path) -> Path:
     directory = directory.resolve()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    return directory.parent / f"{directory.name}.quarantine" / stamp
+    return directory.parent / f"{directory.name}.quarantine" / stamp()
 
 
 def _plan(report: Report) -> list[str]:
@@ -42,17 +46,21 @@ def _order(name: str) -> tuple[int, str]:
     return (int(match.group(1)) if match else -1, name)
 
 
-def repair(report: Report, quiet: bool = False) -> dict[str, Any] | None:
-    """Moves, rewrites, prints what it did; the record of it, or None if a move failed."""
+def repair(
+    report: Report, quiet: bool = False, target: Path | None = None, lengths: bool = True
+) -> dict[str, Any] | None:
+    """Moves, rewrites, prints what it did; the record of it, or None if a move failed.
+    `target`: the quarantine folder (default: a new one beside the set); `lengths`: whether
+    sample_lengths.json is rewritten (a replicas merge writes the set's own)."""
     directory, first = report.directory, report.first_bad
     moves = _plan(report)
     lengths_bad = any(p.file == LENGTHS for p in report.problems)
-    rewrite = report.uses_lengths and (first is not None or lengths_bad)
+    rewrite = lengths and report.uses_lengths and (first is not None or lengths_bad)
     if not moves and not rewrite:
         if not quiet:
             print(f"{directory}: nothing to repair")
         return {"quarantine": None, "moved": [], "resume_at": None, "lengths_rewritten": False}
-    target = quarantine_folder(directory)
+    target = target or quarantine_folder(directory)
     target.mkdir(parents=True)
     moved: list[str] = []
     try:

@@ -35,8 +35,9 @@ class Summary:
     length: int
 
 
-def judge(index: int, data: Any) -> tuple[Summary | None, list[Problem]]:
-    """One loaded sample on its own: keys, shapes, lengths, dtypes, finite, no zero rows."""
+def judge(index: int, data: Any, values: bool = True) -> tuple[Summary | None, list[Problem]]:
+    """One loaded sample on its own: keys, shapes, lengths, dtypes, finite, no zero rows
+    (`values=False`: not the last two, which read every state of a memory-mapped file)."""
     import torch
 
     name = f"data_{index}.pt"
@@ -66,6 +67,8 @@ def judge(index: int, data: Any) -> tuple[Summary | None, list[Problem]]:
             continue
         hidden.append(h.shape[1])
         dtypes.append(str(h.dtype))
+        if not values:
+            continue
         finite = torch.isfinite(h)
         if not finite.all():
             problems.append(bad(f"hidden_states[{k}]", "finite", _count(~finite, "NaN/inf")))

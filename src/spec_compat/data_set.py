@@ -106,13 +106,19 @@ def _uses_lengths(report: Report, lengths_present: bool) -> bool:
         return False
 
 
-def check(directory: Path, progress: bool = True) -> Report:
+def check(
+    directory: Path, progress: bool = True, within: range | None = None, values: bool = True
+) -> Report:
+    """`within`: only these indices make the set (a replicas chunk's folder: other sample
+    files there, such as its start placeholder, are neither judged nor strays); `values`:
+    see `data_sample.judge`."""
     report = Report(directory=directory)
     indices = []
     for entry in sorted(directory.iterdir()):
         match = SAMPLE.fullmatch(entry.name)
         if match and entry.is_file():
-            indices.append(int(match.group(1)))
+            if within is None or int(match.group(1)) in within:
+                indices.append(int(match.group(1)))
         elif entry.name not in (CONFIG, LENGTHS) or not entry.is_file():
             # speculators' trainer takes every file ending in "pt" under DIR, subfolders too
             report.stray.append(entry.name)
@@ -165,7 +171,7 @@ def check(directory: Path, progress: bool = True) -> Report:
                 )
             )
             continue
-        summary, problems = judge(index, data)
+        summary, problems = judge(index, data, values)
         del data  # one sample in memory at a time
         report.problems.extend(problems)
         if summary is not None:
@@ -173,7 +179,7 @@ def check(directory: Path, progress: bool = True) -> Report:
             if not problems:
                 report.lengths[index] = summary.length
 
-    _judge_set(report, summaries, layers, hidden, indices, lengths)
+    _judge_set(report, summaries, layers, hidden, indices, lengths, within)
     report.problems.sort(key=lambda p: (p.index is None, p.index or 0, p.file, p.what))
     return report
 
@@ -185,9 +191,10 @@ def _judge_set(
     hidden: int | None,
     indices: list[int],
     lengths: dict[str, int] | None,
+    within: range | None = None,
 ) -> None:
     """The samples against data_config.json (where present) and each other; missing
-    indices; sample_lengths.json against the files."""
+    indices (of `within` where given); sample_lengths.json against the files."""
     expect = {
         "layer count": layers if layers is not None else _mode([s.layers for s in summaries]),
         "hidden size": hidden if hidden is not None else _mode([s.hidden for s in summaries]),
@@ -219,7 +226,7 @@ def _judge_set(
         else max([report.max_index, *keys], default=-1) + 1
     )
     present = set(indices)
-    for run in _runs(sorted(set(range(count)) - present)):
+    for run in _runs(sorted(set(within if within is not None else range(count)) - present)):
         report.problems.append(Problem(_span(run), "missing", "present", "absent", run[0]))
     for index in indices:
         if index >= count:

@@ -46,14 +46,21 @@ def main(argv: list[str]) -> int:
     replicas.add_argument("--ray-address", help="join this Ray cluster (default: a local one)")
     replicas.add_argument("--attempts", type=int, default=3, help="tries a chunk gets")
     replicas.add_argument("--keep-parts", action="store_true", help="keep OUTPUT.replicas")
+    replicas.add_argument(
+        "--chunks-per-replica",
+        type=int,
+        default=3,
+        help="about this many chunks a replica (each restarts vLLM; a chunk is the unit of "
+        "retry and of balance)",
+    )
     parser.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] or ARGS")
     args = parser.parse_args(argv)
     if not args.module and not args.target:
         parser.error("give a SCRIPT or -m MODULE")
 
     if args.replicas is not None:
-        if args.module or args.replicas < 1:
-            parser.error("--replicas takes a SCRIPT and a count of at least 1")
+        if args.module or args.replicas < 1 or args.chunks_per_replica < 1:
+            parser.error("--replicas takes a SCRIPT and counts of at least 1")
         from .replicas.run import main as replicas
 
         script, *rest = args.target

@@ -7,9 +7,9 @@ output, never inside it: speculators' trainer reads every `*pt` below its data f
 
 - start: an empty placeholder `data_{start-1}.pt` makes the script's resume begin at
   `start`, writing each sample under its final name;
-- end: the replica hook (`hook.py`) hands the script the dataset cut at `end`;
-- resume: the script's own, after `repair()` moved what a killed attempt left cut or out
-  of order into the workspace's quarantine.
+- end: the `replica_dataset_range` patch hands the script the dataset cut at `end`;
+- resume: the script's own, after `repair()` moved what a killed attempt left cut, bad or
+  out of order into the workspace's quarantine (`check-data --repair`'s own logic).
 
 Chunk boundaries lie on the script's batch grid, so every `generate()` call sees the
 prompts an uninterrupted single run gives it (the condition for bitwise equal states).
@@ -21,8 +21,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data_sample import load
-from ..data_set import CONFIG, SAMPLE
+from ..data_repair import repair as fix
+from ..data_repair import stamp
+from ..data_set import CONFIG, SAMPLE, check
 
 
 @dataclass(frozen=True, order=True)
@@ -66,52 +67,25 @@ def written(folder: Path, chunk: Chunk) -> list[int]:
     return sorted(found)
 
 
-def done(folder: Path, chunk: Chunk) -> bool:
-    """The script finished the chunk: its data_config.json (written after every sample's
-    writer returned) and every sample of the chunk are there."""
-    return (folder / CONFIG).is_file() and written(folder, chunk) == list(chunk.indices())
-
-
 def repair(folder: Path, chunk: Chunk, quarantine: Path) -> int:
     """Make `folder` a state the script's own resume finishes exactly; returns the index
-    the next attempt starts from.  From the first missing or unreadable sample on, every
-    sample moves to `quarantine` (nothing is deleted); a folder whose samples are all there
-    but whose run did not end (no data_config.json) gives up its last sample, or the
-    script would find nothing to do and never write the config."""
+    the next attempt starts from.  `spec-compat check-data --repair` on the chunk's indices
+    (`data_set.check(within=)`, `data_repair.repair`): from the first missing, unreadable or
+    malformed sample on, every sample moves into a new folder under `quarantine` (nothing is
+    deleted); a folder whose samples are all there but whose run did not end (no
+    data_config.json) gives up its last sample, or the script would find nothing to do and
+    never write the config."""
     folder.mkdir(parents=True, exist_ok=True)
-    present = set(written(folder, chunk))
-    resume = chunk.end
-    for index in chunk.indices():
-        if index not in present or not _readable(folder / f"data_{index}.pt"):
-            resume = index
-            break
-    if resume == chunk.end and not (folder / CONFIG).is_file() and chunk.end > chunk.start:
-        resume = chunk.end - 1
-    moved = [i for i in present if i >= resume]
-    if moved:
-        quarantine.mkdir(parents=True, exist_ok=True)
-    for index in moved:
-        name = f"data_{index}.pt"
-        shutil.move(str(folder / name), str(_free(quarantine / name)))
-    if resume < chunk.end and (folder / CONFIG).exists():
-        shutil.move(str(folder / CONFIG), str(_free(quarantine / CONFIG)))
+    # values=False: a retry must not read every state of a large chunk; the patched
+    # generator refuses NaN/zero states before the script writes them
+    report = check(folder, progress=False, within=chunk.indices(), values=False)
+    target = quarantine / stamp()
+    if fix(report, quiet=True, target=target, lengths=False) is None:
+        raise OSError(f"spec_compat: could not quarantine what {folder} holds into {target}")
+    resume = chunk.end if report.first_bad is None else report.first_bad
+    if resume < chunk.end and (folder / CONFIG).exists():  # that run's end is redone
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(folder / CONFIG), str(target / CONFIG))
     if (mark := placeholder(folder, chunk)) is not None and not mark.exists():
         mark.touch()
     return resume
-
-
-def _readable(path: Path) -> bool:
-    try:
-        load(path)
-    except Exception:  # a cut file: zip reader, pickle or EOF errors alike
-        return False
-    return True
-
-
-def _free(path: Path) -> Path:
-    """`path`, or `path.1`, `path.2`... where an earlier attempt's file has the name."""
-    candidate, n = path, 0
-    while candidate.exists():
-        n += 1
-        candidate = path.with_name(f"{path.name}.{n}")
-    return candidate
