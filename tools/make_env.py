@@ -49,10 +49,14 @@ DROPPED = TORCH_FAMILY | {"triton"}
 # Releases before 0.24 predate transformers 5 but some leave it uncapped.
 TRANSFORMERS_5_FROM = Version("0.24")
 SPECULATORS_LINES = ("0.3.0", "0.4.0.1")
-# What the stock extractors import at run time (speculators itself is installed --no-deps:
-# its declared requirements pull deepspeed, datasets and a second torch).
-SPECULATORS_RUNTIME = ["loguru", "pydantic-settings", "typer", "rich", "safetensors"]
-TEST_STACK = ["pytest", "pytest-xdist", "wrapt>=1.14,<2", "packaging", "ruff"]
+# What the stock extractors and the data script import at run time (speculators itself is
+# installed --no-deps: its declared requirements pull deepspeed and a second torch); datasets
+# for `load_and_preprocess_dataset`, in the range speculators 0.4.0.1 declares.
+SPECULATORS_RUNTIME = [
+    "loguru", "pydantic-settings", "typer", "rich", "safetensors", "datasets>=4.0,<=4.6",
+]  # fmt: skip
+# ray: `spec-compat run --replicas` (the spec-compat[ray] extra) and its tests
+TEST_STACK = ["pytest", "pytest-xdist", "wrapt>=1.14,<2", "packaging", "ruff", "ray>=2.40"]
 PYTHON = os.environ.get("SPEC_COMPAT_PYTHON", "3.11")
 
 
@@ -194,8 +198,9 @@ def build(
     venv = VENVS / f"vllm-{vllm_version}{'-vision' if vision else ''}"
     marker = venv / ".complete"
     uv = [sys.executable, "-m", "uv"]
-    if marker.exists() and vllm_version != "nightly":  # keep its test stack current
-        run(*uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *TEST_STACK)
+    if marker.exists() and vllm_version != "nightly":  # keep its runtime and test stack current
+        py = str(venv / "bin" / "python")
+        run(*uv, "pip", "install", "-q", "--python", py, *SPECULATORS_RUNTIME, *TEST_STACK)
         return venv
     run(*uv, "venv", "--clear", "--python", PYTHON, str(venv))
     py = str(venv / "bin" / "python")
