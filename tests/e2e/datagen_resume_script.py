@@ -15,10 +15,13 @@ it (written here in its shape, not copied), for the kill-and-resume test: what
         --train-data-path samples.jsonl --output-dir out --tensor-parallel-size 1
 """
 
+import argparse
 import json
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from datagen_script import (
     argument_parser,
@@ -46,11 +49,9 @@ def find_last_checkpoint(output_dir: str) -> int:
     return highest + 1
 
 
-def main() -> None:
-    parser = argument_parser(tensor_parallel_default=1)
-    parser.add_argument("--start-idx", type=int, default=0)
-    args = parser.parse_args()
-    samples = load_samples(args.train_data_path, args.max_samples)
+def generate_and_save(args: argparse.Namespace, samples: Sequence, **config: Any) -> None:
+    """Everything after the samples are loaded.  `samples[i:j]`: that batch's rows, each
+    {"input_ids", "loss_mask"}; `config`: write_config's fields."""
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     start_file = find_last_checkpoint(args.output_dir)
@@ -77,8 +78,15 @@ def main() -> None:
     if WRITES_LENGTHS:
         with open(out / "sample_lengths.json", "w") as f:
             json.dump(lengths, f, indent=2)
-    write_config(generator, args, out, len(samples))
+    write_config(generator, args, out, len(samples), **config)
     log.info(f"saved {file_index - start_file} samples to {out}")
+
+
+def main() -> None:
+    parser = argument_parser(tensor_parallel_default=1)
+    parser.add_argument("--start-idx", type=int, default=0)
+    args = parser.parse_args()
+    generate_and_save(args, load_samples(args.train_data_path, args.max_samples))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 from speculators.data_generation.config_generator import DataGenerationConfig
@@ -31,11 +32,16 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname
 log = PipelineLogger(__name__)
 
 
-def argument_parser(tensor_parallel_default: int) -> argparse.ArgumentParser:
+def argument_parser(
+    tensor_parallel_default: int, max_model_len: bool = True
+) -> argparse.ArgumentParser:
+    """`max_model_len`: the upstream script's `--max-model-len` of before speculators PR #198
+    (after it, `--seq-length` sizes the model too)."""
     parser = argparse.ArgumentParser(description="hidden states for EAGLE-3 training, offline")
     parser.add_argument("--target-model-path", required=True)
     parser.add_argument("--tensor-parallel-size", type=int, default=tensor_parallel_default)
-    parser.add_argument("--max-model-len", type=int, default=2048)
+    if max_model_len:
+        parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     parser.add_argument("--train-data-path", required=True)
     parser.add_argument("--max-samples", type=int, default=None)
@@ -60,7 +66,8 @@ def build_generator(args: argparse.Namespace) -> VllmHiddenStatesGenerator:
     return VllmHiddenStatesGenerator(
         model_path=args.target_model_path,
         layer_ids=args.layer_ids,
-        max_model_len=args.max_model_len,
+        # after speculators PR #198 the script sizes the model by its --seq-length
+        max_model_len=getattr(args, "max_model_len", None) or args.seq_length,
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
     )
@@ -72,18 +79,24 @@ def record(sample: dict, result: dict) -> dict:
     return {
         "input_ids": torch.as_tensor(result["input_ids"], dtype=torch.long),
         "hidden_states": [h.contiguous() for h in result["hidden_states"]],
-        "loss_mask": torch.tensor(sample["loss_mask"][:kept], dtype=torch.long),
+        # a list from JSON lines, or (datagen_upstream_script.py) the dataset's long tensor,
+        # kept as the upstream script keeps it: a view of the row
+        "loss_mask": torch.as_tensor(sample["loss_mask"][:kept], dtype=torch.long),
     }
 
 
-def write_config(generator, args: argparse.Namespace, out: Path, num_samples: int) -> None:
+def write_config(
+    generator, args: argparse.Namespace, out: Path, num_samples: int, **fields: Any
+) -> None:
+    """`fields`: DataGenerationConfig.from_generator's own (seq_length, cache_dir, seed) where
+    a script records them otherwise."""
+    defaults = {"seq_length": getattr(args, "max_model_len", None), "cache_dir": str(out)}
     config = DataGenerationConfig.from_generator(
         generator=generator,
         train_data_path=args.train_data_path,
-        seq_length=args.max_model_len,
-        cache_dir=str(out),
         num_samples=num_samples,
         max_samples=args.max_samples,
+        **(defaults | fields),
     )
     (out / "data_config.json").write_text(json.dumps(config.to_dict(), indent=2))
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +156,36 @@ def _run_child(command: list[str], env: dict[str, str], timeout: float):
         text=True,
         timeout=timeout,
     )
+
+
+def run_in_session(
+    command: list[str],
+    env: dict[str, str],
+    log: Path,
+    watch: Callable[[], bool] | None = None,
+    timeout: float = 900,
+) -> int:
+    """`command` in a session of its own, its output in `log`; `watch`, polled every 10 ms,
+    SIGKILLs the session when it turns true (the timeout does too).  The exit code; nothing
+    left in the session outlives it (vLLM's workers share it)."""
+    with log.open("w") as f:
+        proc = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                if watch is not None and watch():
+                    break
+                time.sleep(0.01)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return code
 
 
 def native_reference(

@@ -12,9 +12,7 @@ under others' load (dddc63c).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -26,7 +24,7 @@ import pytest
 
 from .battery import MAX_MODEL_LEN
 from .conftest import LAYERS
-from .harness import child_env
+from .harness import child_env, run_in_session
 from .test_data_script import PROMPTS, loss_mask
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault, pytest.mark.exhaustive]
@@ -57,31 +55,10 @@ def launch(speculators_dir: Path, model: Path, root: Path, kill: str = "", watch
         "--layer-ids", *map(str, LAYERS),
     ]  # fmt: skip
     env = child_env(speculators_dir) | {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
-    log = root / f"run-{time.monotonic_ns()}.log"
-    with log.open("w") as f:
-        proc = subprocess.Popen(
-            command, env=env | ({"SPEC_COMPAT_TEST_KILL": kill} if kill else {}),
-            stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 900
-        try:
-            while proc.poll() is None and time.monotonic() < deadline:
-                if watch is not None and (root / "out").is_dir() and watch(root / "out"):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    break
-                time.sleep(0.01)
-        finally:
-            if proc.poll() is None and time.monotonic() >= deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-            code = proc.wait()
-            _reap(proc.pid)
-    return code, log.read_text()
-
-
-def _reap(group: int) -> None:
-    """vLLM's workers share the session: none outlives the run."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
+    env |= {"SPEC_COMPAT_TEST_KILL": kill} if kill else {}
+    out, log = root / "out", root / f"run-{time.monotonic_ns()}.log"
+    observed = None if watch is None else (lambda: out.is_dir() and watch(out))
+    return run_in_session(command, env, log, observed), log.read_text()
 
 
 def check_data(speculators_dir: Path, out: Path, *options: str) -> tuple[int, dict]:
@@ -114,16 +91,16 @@ def stock_resume_leaves(report: dict, out: Path) -> list[tuple[str, str]]:
     return left
 
 
-def load_set(out: Path) -> list[dict]:
+def load_set(out: Path, count: int = COUNT) -> list[dict]:
     import torch
 
-    return [torch.load(out / f"data_{i}.pt", weights_only=True) for i in range(COUNT)]
+    return [torch.load(out / f"data_{i}.pt", weights_only=True) for i in range(count)]
 
 
 def assert_bitwise_equal(out: Path, reference: list[dict]) -> None:
     import torch
 
-    for i, (got, want) in enumerate(zip(load_set(out), reference, strict=True)):
+    for i, (got, want) in enumerate(zip(load_set(out, len(reference)), reference, strict=True)):
         assert torch.equal(got["input_ids"], want["input_ids"]), f"data_{i}.pt input_ids"
         assert torch.equal(got["loss_mask"], want["loss_mask"]), f"data_{i}.pt loss_mask"
         assert len(got["hidden_states"]) == len(want["hidden_states"]) == len(LAYERS)

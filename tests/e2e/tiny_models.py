@@ -377,6 +377,43 @@ BUILDERS = {
 }
 
 
+#: ChatML, for speculators' `load_and_preprocess_dataset` (it refuses a tokenizer without a
+#: chat template and finds the assistant turns through it).  No `{% generation %}` block, so
+#: both lines take the same path: the assistant pattern detected from the template.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def add_chat_template(directory: Path) -> Path:
+    """The tiny tokenizer in `directory` with CHAT_TEMPLATE (the model is untouched)."""
+    path = directory / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["chat_template"] = CHAT_TEMPLATE
+    path.write_text(json.dumps(config, indent=2))
+    return directory
+
+
+def chat_samples(count: int, seed: int = 5) -> list[dict]:
+    """Rows of a chat dataset as speculators reads one ({"conversations": [{"role",
+    "content"}, ...]}): one or two turns each, of words the tiny tokenizer knows."""
+    import random
+
+    words = ["the", "data", "model", "layer", "token", "state", "value", "return", "import"]
+    rng = random.Random(seed)
+
+    def text(low: int, high: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randint(low, high)))
+
+    rows = []
+    for i in range(count):
+        turns = [("user", (3, 30)), ("assistant", (3, 60))] * (2 if i % 3 == 0 else 1)
+        rows.append({"conversations": [{"role": r, "content": text(*n)} for r, n in turns]})
+    return rows
+
+
 def random_prompts(count: int, low: int, high: int, seed: int = 1) -> list[list[int]]:
     import random
 
