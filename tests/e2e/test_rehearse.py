@@ -43,6 +43,7 @@ def step_names(report: dict) -> list[str]:
     return [s["name"] for s in report["steps"]]
 
 
+@pytest.mark.one_release
 def test_a_shipped_example_passes_against_transformers(speculators_dir, line):
     code, report = rehearse(speculators_dir, CORE_EXAMPLE, "--max-model-len", "1024")
     assert code == 0, report["error"]
