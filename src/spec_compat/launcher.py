@@ -52,8 +52,9 @@ def main(argv: list[str]) -> int:
         parser.error("give a SCRIPT or -m MODULE")
 
     if args.replicas is not None:
-        if args.module or args.replicas < 1:
-            parser.error("--replicas takes a SCRIPT and a count of at least 1")
+        # its replica_dataset_range patch waits on branch issue-36 for its E2E proof: it
+        # made doctor need `datasets` (speculators' preprocessing) in every environment
+        parser.error("--replicas is not available yet (issue 36)")
         from .replicas.run import main as replicas
 
         script, *rest = args.target

@@ -17,7 +17,6 @@ ORDER = (
     "speculators_pydantic_torch",
     "speculators_models_optional",
     "tokenizer_trust_remote_code",
-    "replica_dataset_range",
     "config_device_name_without_gpu",
     "kv_cache_planning_module",
     # CacheConfig, SchedulerConfig and the KV/scheduler constructors
