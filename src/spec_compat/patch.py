@@ -62,7 +62,7 @@ class Result:
     registry settles `state` and `reason` as it applies a module's patches together.  (Not a
     dataclass: importing `dataclasses` alone cost `apply()` ~25 ms, issue 35.)"""
 
-    __slots__ = ("name", "side", "target", "state", "reason", "found")
+    __slots__ = ("found", "name", "reason", "side", "state", "target")
 
     def __init__(
         self, name: str, side: Side, target: str, state: State, reason: str = "", found: str = ""
