@@ -22,7 +22,15 @@ from spec_compat.patch import Patch
 from spec_compat.registry import Registry
 
 #: modules that only deciding or applying a patch needs (each cost apply() milliseconds)
-LATER = ("wrapt", "spec_compat.transport", "spec_compat.capture", "logging", "importlib.abc")
+LATER = (
+    "wrapt",
+    "spec_compat.transport",
+    "spec_compat.capture",
+    "logging",
+    "importlib.abc",
+    "dataclasses",
+    "inspect",
+)
 
 
 def test_apply_imports_what_patches_need_only_when_they_are_decided():

@@ -425,3 +425,12 @@ def test_the_stock_source_reader_knows_which_replies_are_ignored(tmp_path, monke
     assert not ignores(name, "self.ex.rpc")  # one of its calls is read
     assert not ignores(name, "self.ex.step")  # also passed to a call that is read
     assert not ignores(name, "self.ex.absent")  # never called: nothing to rely on
+
+
+def test_every_kind_of_patch_ends_with_the_same_gates():
+    from spec_compat.patch import GATES, ImportPatch
+
+    for kind in (Patch, ImportPatch):
+        assert kind._fields[-len(GATES) :] == GATES, kind
+    gated_defaults = {k: Patch._field_defaults[k] for k in GATES}
+    assert {k: ImportPatch._field_defaults[k] for k in GATES} == gated_defaults

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -287,3 +291,26 @@ def test_the_driver_on_ray_retries_a_killed_chunk_and_merges_one_set(tmp_path, m
     captured = capsys.readouterr()
     assert "attempt 2 of 3 resumes it" in captured.err
     assert "10 samples in" in captured.out and "(1 retried)" in captured.out
+
+
+@pytest.mark.parametrize("replica", [False, True])
+def test_only_a_replicas_copy_selects_the_dataset_range_patch(tmp_path, replica):
+    """Not a default patch (doctor and other runs never import speculators' preprocessing
+    and its `datasets`); `spec-compat run` adds it in a copy the replicas driver started."""
+    from spec_compat.names import ENV_PATCHES, ENV_REPLICA, REPLICA_PATCH
+
+    script = tmp_path / "script.py"
+    script.write_text("import spec_compat\nprint([r.name for r in spec_compat.status()])\n")
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_PATCHES, ENV_REPLICA)}
+    if replica:
+        env[ENV_REPLICA] = json.dumps({"mode": "plan", "plan": str(tmp_path / "plan.json")})
+    out = subprocess.run(
+        [sys.executable, "-m", "spec_compat", "run", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    selected = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert "scheduler_config_initvars" in selected
+    assert (REPLICA_PATCH in selected) is replica

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from spec_compat import REGISTRY, patches, stacks
@@ -92,7 +90,7 @@ def test_the_orders_the_code_relies_on_come_from_the_declarations(listing):
 
 def test_a_dropped_relation_is_caught():
     declared = [
-        dataclasses.replace(p, after=()) if p.name == "executor_rpc_in_step" else p
+        p._replace(after=()) if p.name == "executor_rpc_in_step" else p
         for p in REGISTRY.patches.values()
     ]
     position = {p.name: i for i, p in enumerate(stacks.order(declared[::-1]))}
@@ -148,9 +146,8 @@ def stock(stock_module):
 def test_a_superseded_patch_says_so_and_is_not_applied(stock):
     registry = Registry()
     registry.register(
-        dataclasses.replace(
-            fake("alias", "forward", stock, superseded_by=("capture",)),
-            wrap=lambda original: lambda: "aliased",
+        fake("alias", "forward", stock, superseded_by=("capture",))._replace(
+            wrap=lambda original: lambda: "aliased"
         )
     )
     registry.register(fake("capture", "setup", stock))

@@ -60,7 +60,14 @@ ROLE_ENV = {
     "N-shm-mat": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
     "N-graph-mat": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
     "N-eager": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
+    # compiled roles: no compile cache shared between roles whose aux layers differ
+    "N-compiled": {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "VLLM_DISABLE_COMPILE_CACHE": "1"},
+    "B-compiled": {"VLLM_DISABLE_COMPILE_CACHE": "1"},
+    "A-nographs": {"VLLM_DISABLE_COMPILE_CACHE": "1"},
 }
+#: B-compiled / N-compiled / A-nographs (issue 34's lever 2): torch.compile without CUDA
+#: graphs, at vLLM's batch settings
+NO_GRAPHS = {"cudagraph_mode": "NONE"}
 
 
 def build_model(directory: Path) -> None:
@@ -163,6 +170,7 @@ NATIVE_ROLES = {
     "N-files-graph": "/tmp",
     # N-eager: vLLM's batch defaults, eager: the settings B runs at (engine_batch_defaults)
     "N-eager": "/tmp",
+    "N-compiled": "/tmp",
 }
 
 
@@ -200,6 +208,8 @@ def native(role: str, model: str, rounds: int) -> None:
         if role.startswith("N-graph") or role == "N-files-graph"
         else {"enforce_eager": True}
         if role == "N-eager"
+        else {"compilation_config": NO_GRAPHS}
+        if role == "N-compiled"
         else {
             # the stock extractor's engine settings (as B and A-stock-settings)
             "enforce_eager": True,
@@ -379,6 +389,7 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
         # uses (eager, 32 sequences, 8,192-token steps), to separate engine from shim
         settings = {"enforce_eager": True, "max_num_seqs": 32, "max_num_batched_tokens": 8192}
         extra = settings if role == "A-stock-settings" else {}
+        extra = {"compilation_config": NO_GRAPHS} if role == "A-nographs" else extra
         llm = LLM(model=model, max_model_len=2048, enable_prefix_caching=False, **extra)
         inputs = [TokensPrompt(prompt_token_ids=p) for p in data]
         params = SamplingParams(max_tokens=1, temperature=0.0)
@@ -398,11 +409,24 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
         import torch
         from speculators.data_generation import vllm_hidden_states_generator as gen
 
+        if role == "B-compiled":  # the capture is set before the first (compiling) step
+            from vllm.config import CompilationConfig, CUDAGraphMode
+
+            model_config, vllm_config = gen.ModelConfig, gen.VllmConfig
+            gen.ModelConfig = lambda *a, **k: model_config(*a, **(k | {"enforce_eager": False}))
+            graphs_off = CompilationConfig(cudagraph_mode=CUDAGraphMode.NONE)
+            gen.VllmConfig = lambda *a, **k: vllm_config(
+                *a, **(k | {"compilation_config": graphs_off})
+            )
         seqs, step_tokens = ENGINE.get(role, (gen.MAX_NUM_SEQS, None))
         gen.MAX_NUM_SEQS = seqs
         generator = gen.VllmHiddenStatesGenerator(
             model, layer_ids=LAYERS, max_model_len=2048, max_num_batched_tokens=step_tokens
         )
+        compilation = generator.vllm_config.compilation_config
+        mode = getattr(compilation, "mode", getattr(compilation, "level", None))
+        resolved = {"mode": str(mode), "cudagraph_mode": str(compilation.cudagraph_mode)}
+        print(json.dumps({"compilation": resolved}), flush=True)
         rpc_seconds = []
         phases: dict[str, float] = {}
 
@@ -545,6 +569,9 @@ def main() -> None:
         ("B-stock-settings", 3, "/tmp/stocksettings.pt"),
         ("N-eager", 2, None),
         ("N-files-graph", 2, None),
+        ("B-compiled", 5, "/tmp/compiled.pt"),
+        ("N-compiled", 2, None),
+        ("A-nographs", 3, None),
         # bitwise reference for the first 64 prompts at a quarter of B-stock's time
         # (spec_compat cuts every call into 32-prompt calls: these are the same two)
         ("B-stock-64", 1, "/tmp/stock.pt"),
@@ -668,6 +695,14 @@ def compare(summary: dict) -> None:
     ):
         if Path(mine).exists() and Path(theirs).exists():
             summary[key] = native_parity(mine, theirs)
+    if Path("/tmp/compiled.pt").exists() and Path("/tmp/native-N-compiled.pt").exists():
+        summary["parity_B-compiled_vs_N-compiled_first_8_prompts"] = native_parity(
+            "/tmp/compiled.pt", "/tmp/native-N-compiled.pt"
+        )
+    if Path("/tmp/compiled.pt").exists() and Path("/tmp/shm.pt").exists():
+        summary["B-compiled_vs_B-shm_first_64_prompts"] = native_parity(
+            "/tmp/compiled.pt", "/tmp/shm.pt"
+        )
     for role in NATIVE_ROLES:
         if Path(f"/tmp/native-{role}.pt").exists() and Path("/tmp/shm.pt").exists():
             try:

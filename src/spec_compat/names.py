@@ -39,8 +39,9 @@ WORKER_TRANSPORT = "_spec_compat_transport"
 #: the comma-separated names of the patches `apply()` chose
 ENV_PATCHES = "SPEC_COMPAT_PATCHES"
 #: a replicas run's role for this process (JSON: a plan step, or one chunk), set by
-#: `spec_compat.replicas` and read by the `replica_dataset_range` patch
+#: `spec_compat.replicas`; `spec-compat run` then adds REPLICA_PATCH, which reads it
 ENV_REPLICA = "SPEC_COMPAT_REPLICA"
+REPLICA_PATCH = "replica_dataset_range"
 #: "0" when the parent chose `strict=False`
 ENV_STRICT = "SPEC_COMPAT_STRICT"
 #: "0" switches the start-up hook off (children then run unpatched)

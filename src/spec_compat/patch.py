@@ -18,9 +18,8 @@ import enum
 import importlib
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from . import gates
 from .gates import Need, Verdict
@@ -38,6 +37,19 @@ class State(enum.Enum):
     UNSUPPORTED = "unsupported drift"
 
 
+#: the gate fields every kind ends with (declared and documented on `Patch`)
+GATES = (
+    "speculators",
+    "vllm",
+    "platform",
+    "default",
+    "fixes",
+    "requires",
+    "after",
+    "before",
+    "superseded_by",
+)
+
 _STATE_OF = {
     Need.NEEDED: State.APPLIED,
     Need.NOT_NEEDED: State.NOT_NEEDED,
@@ -45,16 +57,24 @@ _STATE_OF = {
 }
 
 
-@dataclass
 class Result:
-    """What happened to one patch: the structured answer of `status()`."""
+    """What happened to one patch: the structured answer of `status()`.  Mutable: the
+    registry settles `state` and `reason` as it applies a module's patches together.  (Not a
+    dataclass: importing `dataclasses` alone cost `apply()` ~25 ms, issue 35.)"""
 
-    name: str
-    side: Side
-    target: str
-    state: State
-    reason: str = ""
-    found: str = ""
+    __slots__ = ("found", "name", "reason", "side", "state", "target")
+
+    def __init__(
+        self, name: str, side: Side, target: str, state: State, reason: str = "", found: str = ""
+    ):
+        self.name, self.side, self.target = name, side, target
+        self.state, self.reason, self.found = state, reason, found
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Result and self.as_dict() == other.as_dict()
+
+    def __repr__(self) -> str:
+        return f"Result({', '.join(f'{k}={v!r}' for k, v in self.as_dict().items())})"
 
     def as_dict(self) -> dict[str, str]:
         return {
@@ -85,29 +105,12 @@ class UnsupportedDrift(RuntimeError):
         )
 
 
-@dataclass(frozen=True, kw_only=True)
 class Gated:
-    """The gates every kind declares (keyword-only, after each kind's own fields)."""
+    """What every kind shares: deciding on the gates.  Each kind is a `NamedTuple` (frozen,
+    and cheap to define: `dataclasses` alone cost `apply()` ~25 ms, issue 35) whose own
+    fields come first and the gates (`GATES`, declared on `Patch`) last."""
 
-    speculators: str = ""  # the stock lines the patch is written against
-    vllm: str = ""  # decides only when the probe cannot (Need.UNDECIDED)
-    platform: Literal["cpu", "gpu"] | None = None  # gpu: any platform but vLLM's CPU one
-    default: bool = True  # applied by a plain apply(); False: only when named in `only`
-    #: names called by the stock module whose signature drift this patch repairs; the
-    #: generic drift check (spec_compat.drift) counts those calls as supported
-    fixes: tuple[str, ...] = ()
-    #: patches that must be selected with this one (they may act in another process, as
-    #: the driver and worker halves of the transport do); without them it is skipped
-    requires: tuple[str, ...] = ()
-    #: patches on the same target that this one wraps: applied before it, so it stands
-    #: outside them and sees what they return (spec_compat.stacks orders each stack)
-    after: tuple[str, ...] = ()
-    #: patches on the same target that wrap this one (applied after it)
-    before: tuple[str, ...] = ()
-    #: patches of the same stock module whose effect makes this one moot: when one of them
-    #: applies, this one is not applied and reports `State.SUPERSEDED`
-    superseded_by: tuple[str, ...] = ()
-    # each kind declares its own `name`, `side` and `module`
+    __slots__ = ()
 
     @property
     def qualified_target(self) -> str:
@@ -148,11 +151,7 @@ class Gated:
         return result(_STATE_OF[verdict.need], verdict.reason, verdict.found)
 
 
-@dataclass(frozen=True)
-class Patch(Gated):
-    """Replace `module.target` (a dotted path inside the stock module) with `wrap(original)`;
-    `probe(module)` inspects the installed code once the module is imported."""
-
+class _PatchFields(NamedTuple):
     name: str
     side: Side
     module: str
@@ -160,6 +159,32 @@ class Patch(Gated):
     summary: str
     probe: Callable[[ModuleType], Verdict]
     wrap: Callable[[Any], Any]
+    # the gates (GATES: every kind ends with these)
+    speculators: str = ""  # the stock lines the patch is written against
+    vllm: str = ""  # decides only when the probe cannot (Need.UNDECIDED)
+    platform: Literal["cpu", "gpu"] | None = None  # gpu: any platform but vLLM's CPU one
+    default: bool = True  # applied by a plain apply(); False: only when named in `only`
+    #: names called by the stock module whose signature drift this patch repairs; the
+    #: generic drift check (spec_compat.drift) counts those calls as supported
+    fixes: tuple[str, ...] = ()
+    #: patches that must be selected with this one (they may act in another process, as
+    #: the driver and worker halves of the transport do); without them it is skipped
+    requires: tuple[str, ...] = ()
+    #: patches on the same target that this one wraps: applied before it, so it stands
+    #: outside them and sees what they return (spec_compat.stacks orders each stack)
+    after: tuple[str, ...] = ()
+    #: patches on the same target that wrap this one (applied after it)
+    before: tuple[str, ...] = ()
+    #: patches of the same stock module whose effect makes this one moot: when one of them
+    #: applies, this one is not applied and reports `State.SUPERSEDED`
+    superseded_by: tuple[str, ...] = ()
+
+
+class Patch(_PatchFields, Gated):
+    """Replace `module.target` (a dotted path inside the stock module) with `wrap(original)`;
+    `probe(module)` inspects the installed code once the module is imported."""
+
+    __slots__ = ()
 
     @property
     def qualified_target(self) -> str:
@@ -186,17 +211,30 @@ def declare(
     return Patch(name, side, module, target, summary, own.probe, own.wrap, **declared)
 
 
-@dataclass(frozen=True)
-class ImportPatch(Gated):
-    """Redirect `from old_module import names` in the stock module to `new_module`."""
-
+class _ImportPatchFields(NamedTuple):
     name: str
     module: str
     old_module: str
     new_module: str
     names: tuple[str, ...]
     summary: str
-    side: Side = field(default="driver", kw_only=True)
+    side: Side = "driver"
+    # the gates, as on Patch (a unit test holds the two lists equal)
+    speculators: str = ""
+    vllm: str = ""
+    platform: Literal["cpu", "gpu"] | None = None
+    default: bool = True
+    fixes: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+
+
+class ImportPatch(_ImportPatchFields, Gated):
+    """Redirect `from old_module import names` in the stock module to `new_module`."""
+
+    __slots__ = ()
 
     @property
     def qualified_target(self) -> str:

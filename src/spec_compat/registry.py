@@ -13,9 +13,8 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import stacks, startup
 from .import_hook import ImportHook, Moves
@@ -47,34 +46,40 @@ def _resolve(module: ModuleType, target: str) -> tuple[Any, str]:
     return owner, attr
 
 
-@dataclass
-class _Applied:
+class _Applied(NamedTuple):
     owner: Any
     attr: str
     original: Any
     had_own: bool  # the owner defined the attribute itself (not inherited)
 
 
-@dataclass
 class Registry:
-    patches: dict[str, AnyPatch] = field(default_factory=dict)
-    results: dict[str, Result] = field(default_factory=dict)
-    #: refused as their module is imported (`spec_compat.requirements`)
-    requirements: tuple[Requirement, ...] = ()
-    #: former patch names -> the patch that replaced them (accepted with a warning)
-    renamed: dict[str, str] = field(default_factory=dict)
-    #: called with (module, names of the patches applied to it) after a module is patched;
-    #: returns unsupported findings, raised as UnsupportedDrift when `strict`
-    preflight: Callable[[ModuleType, list[str]], list[Result]] | None = None
-    strict: bool = True
-    findings: list[Result] = field(default_factory=list)
-    _selected: list[str] = field(default_factory=list)
-    _applied: list[_Applied] = field(default_factory=list)
-    _lock: threading.RLock = field(default_factory=threading.RLock)
-    _hook: ImportHook | None = None
-    _order: list[AnyPatch] | None = None
-    #: top-level package -> its modules to patch once imported (`_when_imported`)
-    _deferred: dict[str, list[str]] = field(default_factory=dict)
+    def __init__(
+        self,
+        *,
+        requirements: tuple[Requirement, ...] = (),
+        renamed: dict[str, str] | None = None,
+        preflight: Callable[[ModuleType, list[str]], list[Result]] | None = None,
+        strict: bool = True,
+    ):
+        self.patches: dict[str, AnyPatch] = {}
+        self.results: dict[str, Result] = {}
+        #: refused as their module is imported (`spec_compat.requirements`)
+        self.requirements = requirements
+        #: former patch names -> the patch that replaced them (accepted with a warning)
+        self.renamed = renamed or {}
+        #: called with (module, names of the patches applied to it) after a module is
+        #: patched; returns unsupported findings, raised as UnsupportedDrift when `strict`
+        self.preflight = preflight
+        self.strict = strict
+        self.findings: list[Result] = []
+        self._selected: list[str] = []
+        self._applied: list[_Applied] = []
+        self._lock = threading.RLock()
+        self._hook: ImportHook | None = None
+        self._order: list[AnyPatch] | None = None
+        #: top-level package -> its modules to patch once imported (`_when_imported`)
+        self._deferred: dict[str, list[str]] = {}
 
     def register(self, patch: AnyPatch) -> AnyPatch:
         if patch.name in self.patches:

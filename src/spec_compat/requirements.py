@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import gates
 from .names import GENERATOR
 from .patch import Result, State
 
 
-@dataclass(frozen=True)
-class Requirement:
+class Requirement(NamedTuple):
     name: str
     module: str
     speculators: str

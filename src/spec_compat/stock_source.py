@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import ast
 import functools
-from dataclasses import dataclass, field
 from types import ModuleType
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class StockCall:
+class StockCall(NamedTuple):
     """One call in speculators' source: `callee(<n positional>, kw1=…, kw2=…)`."""
 
     callee: str
     line: int
     n_positional: int
-    keywords: frozenset[str] = field(default_factory=frozenset)
+    keywords: frozenset[str] = frozenset()
 
 
 def dotted_name(node: ast.AST) -> str | None:

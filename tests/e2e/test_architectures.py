@@ -216,6 +216,7 @@ def test_without_the_capture_patch_mistral_is_not_exact(line, speculators_dir, t
     assert outcome(run, PROMPTS, oracle(model, PROMPTS, sweep.SWEEP_LAYER_IDS)) != "match"
 
 
+@pytest.mark.one_release
 def test_unservable_models_and_empty_layer_ids_are_refused_before_loading(
     speculators_dir, tiny_llama, tmp_path
 ):

@@ -112,6 +112,7 @@ def test_the_script_in_its_own_dtype_agrees_within_bf16_noise(
     assert worst > TOLERANCE  # it did run in bf16: else this test proves nothing new
 
 
+@pytest.mark.one_release
 @pytest.mark.fault
 def test_tensor_parallel_size_zero_is_refused_before_loading(
     line, speculators_dir, tiny_llama, tmp_path

@@ -62,6 +62,7 @@ def test_doctor_model_reads_the_config_and_names_the_capture(patched_doctor, tin
     }
 
 
+@pytest.mark.one_release
 def test_doctor_model_refuses_what_the_capture_cannot_serve(speculators_dir, tmp_path):
     """GPT-2 has no SupportsEagle3 in vLLM: refused from config.json alone (no weights
     exist here); a directory without config.json is an environment problem."""

@@ -43,6 +43,7 @@ def step_names(report: dict) -> list[str]:
     return [s["name"] for s in report["steps"]]
 
 
+@pytest.mark.one_release
 def test_a_shipped_example_passes_against_transformers(speculators_dir, line):
     code, report = rehearse(speculators_dir, CORE_EXAMPLE, "--max-model-len", "1024")
     assert code == 0, report["error"]
@@ -56,6 +57,7 @@ def test_a_shipped_example_passes_against_transformers(speculators_dir, line):
     assert all(s["ok"] for s in report["steps"])
 
 
+@pytest.mark.one_release
 def test_an_architecture_the_capture_cannot_serve_exits_1_before_building(
     speculators_dir, tmp_path
 ):
@@ -68,6 +70,7 @@ def test_an_architecture_the_capture_cannot_serve_exits_1_before_building(
     assert step_names(report) == ["read config", "route"]  # nothing built, nothing loaded
 
 
+@pytest.mark.one_release
 def test_layer_ids_past_the_end_exit_1_before_building(speculators_dir):
     code, report = rehearse(speculators_dir, "llama-3.1-8b", "--layer-ids", "2", "32")
     assert code == 1, report

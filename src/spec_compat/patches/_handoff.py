@@ -9,13 +9,11 @@ sets for those it wraps, is ``names.NON_BLOCK``.)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..names import SCHEDULER_REBUILD, WORKER_CHECKS
 
 
-@dataclass
 class WorkerChecks:
     """shm_transport_driver -> generate_checks: per reply of the current ``generate()`` call,
     how many rows the worker's value test failed (None: the worker did not test).  Kept on
@@ -23,7 +21,8 @@ class WorkerChecks:
     for each call when the transport keeps one, and skips its own value pass only when
     every reply was tested and clean."""
 
-    counts: list[int | None] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.counts: list[int | None] = []
 
     @staticmethod
     def on(executor: Any) -> WorkerChecks | None:
@@ -50,8 +49,7 @@ class WorkerChecks:
         return checks is not None and bool(checks.counts) and all(n == 0 for n in checks.counts)
 
 
-@dataclass(frozen=True)
-class SchedulerRebuild:
+class SchedulerRebuild(NamedTuple):
     """scheduler_rebuild -> generate_recovery: builds a fresh scheduler with the arguments
     the stock code built this one with.  Kept on the scheduler (``names.SCHEDULER_REBUILD``).
     """

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..gates import Need, Verdict, signature_text
+from ..gates import Need, Verdict, signature, signature_text
+
+if TYPE_CHECKING:
+    import inspect
 
 
 def with_kwargs(original: Any, adjust: Callable[[dict[str, Any]], None]) -> Callable[..., Any]:
@@ -26,17 +28,17 @@ def generator_init_probe(module: Any, names: set[str], reason: str) -> Verdict:
     """NEEDED while the stock generator's `__init__` takes `names`; any other shape is drift."""
     init = module.VllmHiddenStatesGenerator.__init__
     found = f"__init__{signature_text(init)}"
-    if names <= set(inspect.signature(init).parameters):
+    if names <= set(signature(init).parameters):
         return Verdict(Need.NEEDED, found, reason)
     return Verdict(Need.UNKNOWN, found, "the stock __init__ changed")
 
 
 def checked_init(original: Callable[..., None], check: Callable[[dict[str, Any]], None]) -> Any:
     """The stock `__init__`, run only after `check` accepted its arguments (defaults filled)."""
-    signature = inspect.signature(original)
+    stock = signature(original)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = signature.bind(self, *args, **kwargs)
+        bound = stock.bind(self, *args, **kwargs)
         bound.apply_defaults()
         check(bound.arguments)
         original(self, *args, **kwargs)
@@ -45,7 +47,7 @@ def checked_init(original: Callable[..., None], check: Callable[[dict[str, Any]]
 
 
 def parameters(obj: Any) -> dict[str, inspect.Parameter]:
-    return dict(inspect.signature(obj).parameters)
+    return dict(signature(obj).parameters)
 
 
 def prompt_lists(token_ids: Any) -> list[list[int]]:

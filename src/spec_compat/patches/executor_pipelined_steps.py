@@ -23,7 +23,7 @@ Remove when: the extractor runs on vLLM's engine core rather than driving the ex
 
 from __future__ import annotations
 
-import inspect
+import sys
 from collections import deque
 from types import ModuleType
 from typing import Any
@@ -48,7 +48,7 @@ def probe(module: ModuleType) -> Verdict:
     if executor is None or not hasattr(executor, "collective_rpc"):
         return Verdict(Need.UNKNOWN, "no MultiprocExecutor.collective_rpc", "the RPC changed")
     found = signature_text(executor.collective_rpc)
-    futures = getattr(inspect.getmodule(executor), "FutureWrapper", None)
+    futures = getattr(sys.modules.get(executor.__module__), "FutureWrapper", None)
     if "non_block" not in found or futures is None:
         return Verdict(Need.NOT_NEEDED, found, "no non-blocking RPCs: steps stay blocking")
     if "futures_queue" not in signature_text(futures.__init__):

@@ -5,12 +5,14 @@ Target: ``speculators.data_generation.preprocessing.load_and_preprocess_dataset`
 Why: ``spec-compat run --replicas N`` (``spec_compat.replicas``) runs N copies of the
     unchanged script, each on a chunk [start, end) of the dataset.  The script's resume
     gives it the start (a placeholder file); it has no argument for the end.
-How: only in a process whose ``SPEC_COMPAT_REPLICA`` names a plan or a chunk (the replicas
-    driver sets it; anywhere else the patch is "not needed").  The original function runs
-    unchanged (tokenization and the token frequencies cover the whole set, as in one run);
-    then a plan step records the dataset's length and the script's arguments and ends the
-    script before vLLM starts, and a chunk run checks that length and gets the dataset cut
-    at its end (``Dataset.select``), so the script's own loop stops there.
+How: selected only in a process whose ``SPEC_COMPAT_REPLICA`` names a plan or a chunk (the
+    replicas driver sets it and ``spec-compat run`` adds the patch there: ``default=False``,
+    so no other run, nor doctor, imports speculators' preprocessing and its ``datasets``).
+    The original function runs unchanged (tokenization and the token frequencies cover the
+    whole set, as in one run); then a plan step records the dataset's length and the
+    script's arguments and ends the script before vLLM starts, and a chunk run checks that
+    length and gets the dataset cut at its end (``Dataset.select``), so the script's own
+    loop stops there.
 Upstream change: none; speculators' data script has no range arguments.
 Remove when: the data script takes a sample range itself.
 """
@@ -64,4 +66,5 @@ PATCH = declare(
     module="speculators.data_generation.preprocessing",
     target="load_and_preprocess_dataset",
     summary="replicas runs: each copy of the data script gets its chunk of the dataset",
+    default=False,
 )

@@ -28,14 +28,16 @@ Remove when: speculators captures through vLLM's aux hidden states (0.5+ uses vL
 from __future__ import annotations
 
 import functools
-import inspect
 import types
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..gates import Need, Verdict, signature_text
+from ..gates import Need, Verdict, signature, signature_text
 from ..names import WORKER
 from ..patch import declare
+
+if TYPE_CHECKING:
+    import inspect
 
 
 class CaptureUnsupported(RuntimeError):
@@ -62,11 +64,13 @@ def find_decoder(model: Any) -> Any | None:
 def _forward_signature(module_cls: type) -> inspect.Signature:
     """The named signature of a call: vLLM's custom ops (RMSNorm) take `*args, **kwargs`
     in `forward` and dispatch to `forward_native(x, residual)`."""
+    import inspect  # with the capture, not with apply() (issue 35)
+
     for name in ("forward", "forward_native"):
-        signature = inspect.signature(getattr(module_cls, name, None) or module_cls.forward)
+        found = inspect.signature(getattr(module_cls, name, None) or module_cls.forward)
         variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        if any(p.kind not in variadic for p in list(signature.parameters.values())[1:]):
-            return signature
+        if any(p.kind not in variadic for p in list(found.parameters.values())[1:]):
+            return found
     return inspect.signature(module_cls.forward)
 
 
@@ -161,8 +165,8 @@ def probe(module: ModuleType) -> Verdict:
         f"_store_captured_states{signature_text(store)}"
     )
     if setup is not None and store is not None:
-        setup_args = list(inspect.signature(setup).parameters)[1:]
-        store_args = list(inspect.signature(store).parameters)[1:]
+        setup_args = list(signature(setup).parameters)[1:]
+        store_args = list(signature(store).parameters)[1:]
         if setup_args == ["layer_ids"] and store_args == ["aux_hidden_states"]:
             return Verdict(
                 Need.NEEDED, found, "the stock set-up binds its own copy of the decoder loop"
