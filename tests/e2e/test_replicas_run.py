@@ -3,9 +3,10 @@
 dataset, the tiny Llama with a chat template), on a local Ray cluster and vLLM's CPU
 workers, against one plain `spec-compat run` of the same command (the reference):
 
-- the set is the plain run's: every data_N.pt's tensors equal (float32 engine), the same
-  sample_lengths.json (0.4.x) and token_freq.pt, data_config.json the same but for its time
-  and the command's two paths, and `check-data` passes;
+- after each case below, the set is the plain run's: every data_N.pt's tensors equal
+  (float32 engine), the same sample_lengths.json (0.4.x) and token_freq.pt,
+  data_config.json the same but for its time and the command's two paths, and
+  `check-data` passes;
 - one replica's script SIGKILLed (with its process group) mid-chunk, half a file written:
   the chunk is repaired and resumed, and the set is the same;
 - the driver SIGKILLed (its process group) once a chunk is done: nothing of it outlives it,
@@ -194,17 +195,6 @@ def assert_the_reference_set(speculators_dir: Path, root: Path, reference: dict)
     )
 
 
-def test_two_replicas_write_the_plain_runs_set(line, speculators_dir, inputs, reference, tmp_path):
-    args = script_args(inputs, tmp_path)
-    code, log, left = launch(speculators_dir, args, tmp_path, replicas_driver(2, 1))
-    assert code == 0, log[-5000:]
-    assert not left, left
-    summary = [x for x in log.splitlines() if f"{SAMPLES} samples in " in x]
-    assert summary, log[-3000:]  # the driver's closing line
-    same = assert_the_reference_set(speculators_dir, tmp_path, reference)
-    print(f"\n[{line}] --replicas 2: {same}\n  {summary[-1]}")
-
-
 def test_a_replica_killed_mid_chunk_is_resumed_and_the_set_is_the_same(
     line, speculators_dir, inputs, reference, tmp_path
 ):
@@ -215,6 +205,8 @@ def test_a_replica_killed_mid_chunk_is_resumed_and_the_set_is_the_same(
     assert code == 0, log[-5000:]
     assert not left, left
     assert marker.exists(), "the kill never fired"
+    summary = [x for x in log.splitlines() if f"{SAMPLES} samples in " in x]
+    assert summary, log[-3000:]  # the driver's closing line
     workspace = tmp_path / "out.replicas"
     quarantined = sorted(p.name for p in (workspace / "quarantine").rglob("data_*.pt"))
     assert f"data_{KILL_AT}.pt" in quarantined, quarantined  # the half-written file
@@ -225,8 +217,9 @@ def test_a_replica_killed_mid_chunk_is_resumed_and_the_set_is_the_same(
     assert len(starts) == 2 and starts[0] == 16 and 16 <= starts[1] <= KILL_AT, starts
     assert "ended unfinished" in log and "attempt 2 of 3" in log, log[-3000:]
     same = assert_the_reference_set(speculators_dir, tmp_path, reference)
-    print(f"\n[{line}] a replica killed writing data_{KILL_AT}.pt: quarantined {quarantined};"
-          f" attempt 2 resumed at data_{starts[1]}.pt; {same}")  # fmt: skip
+    print(f"\n[{line}] --replicas 2, a replica killed writing data_{KILL_AT}.pt: quarantined "
+          f"{quarantined}; attempt 2 resumed at data_{starts[1]}.pt; {same}\n"
+          f"  {summary[-1]}")  # fmt: skip
 
 
 def test_an_interrupted_run_is_finished_by_the_same_command(
