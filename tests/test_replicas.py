@@ -261,6 +261,7 @@ config = {"model": {"hidden_size": 4}, "data": {"num_samples": end},
 
 
 @pytest.mark.e2e  # a local Ray cluster and a dozen processes: 25-80 s on 2 cores
+@pytest.mark.one_release  # nothing in it depends on the vLLM release
 def test_the_driver_on_ray_retries_a_killed_chunk_and_merges_one_set(tmp_path, monkeypatch, capsys):
     """run.py end to end on a local Ray cluster, without speculators or vLLM: plan, two
     replicas, a chunk whose script is SIGKILLed mid-way resumed, the merge."""
