@@ -9,7 +9,9 @@ prints it; the median, minimum and maximum are printed here, and whether spec_co
 bytecode is cached (without it every run compiles the source it imports).  `--importtime`
 also prints the slowest modules of one run (`python -X importtime`, cumulative
 microseconds).  The goal (issue 35) is a median of at most 50 ms; this is a measurement,
-not a test.
+not a test.  `--baseline SRC` times another source tree of spec_compat (put first on
+`PYTHONPATH`) in alternate runs, side by side, and prints the ratio: hosts differ by more
+than the goal's margin, a ratio does not.
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ TIMED = (
 GOAL_MS = 50.0
 
 
-def environment() -> dict[str, str]:
-    """This environment without a parent's selection (a child would apply it at start-up)."""
-    return {k: v for k, v in os.environ.items() if k != "SPEC_COMPAT_PATCHES"}
+def environment(source: str | None = None) -> dict[str, str]:
+    """This environment without a parent's selection (a child would apply it at start-up),
+    with `source` (a tree holding spec_compat) first on the path."""
+    env = {k: v for k, v in os.environ.items() if k != "SPEC_COMPAT_PATCHES"}
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    return env
 
 
-def one_run() -> float:
+def one_run(source: str | None = None) -> float:
     out = subprocess.run(
-        [sys.executable, "-c", TIMED], env=environment(), capture_output=True, text=True
+        [sys.executable, "-c", TIMED], env=environment(source), capture_output=True, text=True
     )
     if out.returncode != 0:
         raise SystemExit(f"the timed run failed:\n{out.stderr}")
@@ -78,9 +84,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--importtime", type=int, default=0, metavar="TOP")
+    parser.add_argument("--baseline", metavar="SRC", help="another spec_compat source tree")
     args = parser.parse_args()
     one_run()  # warm the file-system cache and .pyc files; not counted
-    times = [one_run() for _ in range(args.runs)]
+    times, baseline = [], []
+    if args.baseline:
+        one_run(args.baseline)
+    for _ in range(args.runs):  # alternating: both see the same load on the host
+        times.append(one_run())
+        if args.baseline:
+            baseline.append(one_run(args.baseline))
     median = statistics.median(times)
     verdict = "within" if median <= GOAL_MS else "OVER"
     print(f"python: {sys.executable}")
@@ -90,6 +103,12 @@ def main() -> None:
         f"import spec_compat; spec_compat.apply(): median {median:.1f} ms over {args.runs} runs "
         f"(min {min(times):.1f}, max {max(times):.1f}); {verdict} the {GOAL_MS:.0f} ms goal"
     )
+    if baseline:
+        base = statistics.median(baseline)
+        print(
+            f"baseline {args.baseline}: median {base:.1f} ms (min {min(baseline):.1f}, max "
+            f"{max(baseline):.1f}); this tree / baseline = {median / base:.2f}"
+        )
     for cumulative, name in slowest_imports(args.importtime) if args.importtime else []:
         print(f"  {cumulative / 1000:7.1f} ms  {name}")
 

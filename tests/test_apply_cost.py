@@ -18,7 +18,7 @@ from packaging.version import Version
 from spec_compat import gates
 from spec_compat.gates import Need, Verdict
 from spec_compat.names import ENV_PATCHES
-from spec_compat.patch import Patch
+from spec_compat.patch import Listing, Patch, State
 from spec_compat.registry import Registry
 
 #: modules that only deciding or applying a patch needs (each cost apply() milliseconds)
@@ -40,12 +40,15 @@ def test_apply_imports_what_patches_need_only_when_they_are_decided():
         import spec_compat
         spec_compat.apply()
         print(sorted(m for m in {LATER!r} if m in sys.modules))
+        print(sorted(m for m in sys.modules if m.startswith("spec_compat.patches.")))
         """
     )
     env = {k: v for k, v in os.environ.items() if k != ENV_PATCHES}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    later, patch_modules = out.stdout.strip().splitlines()
+    assert later == "[]"
+    assert patch_modules == "['spec_compat.patches._listing']"  # no patch module yet
 
 
 @pytest.fixture
@@ -102,3 +105,52 @@ def test_a_patch_lands_when_its_package_was_imported_past_the_hook(package, monk
     sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sys.modules[name])
     assert importlib.import_module(f"{name}.stock").run() == "patched"
+
+
+@pytest.fixture
+def listed(package, tmp_path):
+    """`package`'s patch known by its listing only: its declaration loads on first use."""
+    name, declared = package
+    for other in ("json", "elsewhere"):
+        (tmp_path / name / f"{other}.py").write_text("")
+    patch = declared.patches["patched_run"]
+    loads = []
+
+    def load():
+        loads.append(name)
+        return [patch]
+
+    registry = Registry(listing=(Listing.of(patch),), load=load)
+    yield name, registry, patch, loads
+    registry.revert()
+
+
+def test_a_listed_patch_loads_when_its_module_is_imported_and_then_lands(listed):
+    name, registry, _, loads = listed
+    (result,) = registry.apply()
+    assert (result.name, result.state, loads) == ("patched_run", State.PENDING, [])
+    importlib.import_module(f"{name}.json")  # another module of the package: still listed
+    assert loads == []
+    assert importlib.import_module(f"{name}.stock").run() == "patched"
+    assert loads == [name]
+    assert registry.results["patched_run"].state is State.APPLIED
+
+
+def test_a_listing_its_declaration_contradicts_is_refused(listed):
+    name, _, patch, _ = listed
+    stale = Listing.of(patch)._replace(module=f"{name}.elsewhere")
+    registry = Registry(listing=(stale,), load=lambda: [patch])
+    registry.apply()
+    with pytest.raises(RuntimeError, match=r"tools/patches_doc\.py") as refused:
+        importlib.import_module(f"{name}.elsewhere")
+    assert f"{name}.stock" in str(refused.value) and f"{name}.elsewhere" in str(refused.value)
+    registry.revert()
+
+
+def test_the_listing_is_in_application_order():
+    """Selection reads the listing before the declarations load and them after: the same
+    order either way (status() and doctor list the patches in it)."""
+    from spec_compat import REGISTRY
+    from spec_compat.patches import LISTING
+
+    assert [e.name for e in LISTING] == [p.name for p in REGISTRY.ordered()]

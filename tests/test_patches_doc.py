@@ -23,6 +23,13 @@ def test_docs_patches_md_is_current():
     )
 
 
+def test_the_registrys_listing_is_current():
+    tool = load_tool()
+    assert tool.LISTING.read_text() == tool.render_listing(), (
+        "src/spec_compat/patches/_listing.py is stale: run `python tools/patches_doc.py`"
+    )
+
+
 def test_every_declared_patch_has_a_section_with_its_docstring():
     from spec_compat.patches import ALL
 

@@ -34,13 +34,16 @@ __all__ = [
 
 
 def _build_registry() -> Registry:
-    from .patches import ALL, RENAMED
+    from .patches import LISTING, RENAMED, load
     from .requirements import REQUIREMENTS
 
-    registry = Registry(requirements=REQUIREMENTS, renamed=RENAMED, preflight=_preflight)
-    for patch in ALL:
-        registry.register(patch)
-    return registry
+    return Registry(
+        requirements=REQUIREMENTS,
+        renamed=RENAMED,
+        preflight=_preflight,
+        listing=LISTING,
+        load=load,  # the patch modules: once a module they target is imported
+    )
 
 
 def _preflight(module: ModuleType, applied: list[str]) -> list[Result]:

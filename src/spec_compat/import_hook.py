@@ -11,10 +11,13 @@ as its package was imported) fire.  Any other module is left to the normal finde
 
 from __future__ import annotations
 
-import ast
 import importlib.machinery
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ast
 
 #: old module -> (new module, the names that moved)
 Moves = dict[str, tuple[str, frozenset[str]]]
@@ -54,6 +57,8 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         self.moves = moves
 
     def get_code(self, fullname: str):  # always from source: no stale .pyc
+        import ast  # only where an import is redirected (not with apply())
+
         source = self.get_data(self.path)
         tree = _redirect_imports(ast.parse(source, self.path), self.moves)
         return compile(tree, self.path, "exec", dont_inherit=True)
@@ -69,6 +74,8 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
 
 
 def _redirect_imports(tree: ast.Module, moves: Moves) -> ast.Module:
+    import ast
+
     class Redirect(ast.NodeTransformer):
         def visit_ImportFrom(self, node: ast.ImportFrom):
             if node.module not in moves:

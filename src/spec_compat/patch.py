@@ -257,6 +257,30 @@ class ImportPatch(_ImportPatchFields, Gated):
         return Verdict(Need.NEEDED, found + f"; {self.new_module} has them", "helpers moved")
 
 
+class Listing(NamedTuple):
+    """What `apply()` needs of a patch before its module is loaded: the generated
+    `patches/_listing.py` holds one per patch (tools/patches_doc.py writes it from the
+    declarations), so `apply()` imports no patch module; the registry loads them all, and
+    checks each against its listing, once a module they target is imported."""
+
+    name: str
+    side: Side
+    module: str
+    qualified_target: str
+    default: bool
+    imports: bool  # an ImportPatch: decided while its stock module is imported
+
+    @classmethod
+    def of(cls, patch: Patch | ImportPatch) -> Listing:
+        imports = isinstance(patch, ImportPatch)
+        return cls(
+            patch.name, patch.side, patch.module, patch.qualified_target, patch.default, imports
+        )
+
+    def result(self, state: State, reason: str = "", found: str = "") -> Result:
+        return Result(self.name, self.side, self.qualified_target, state, reason, found)
+
+
 def stamp(replacement: Any, original: Any, patch: str) -> Any:
     """Give a replacement what every replacement needs: the original's names (tracebacks,
     pickling by reference, vLLM's lookups by qualified name), `__wrapped__` (doctor, revert

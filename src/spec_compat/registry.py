@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from . import stacks, startup
+from . import startup
 from .import_hook import ImportHook, Moves
 from .names import ENV_PATCHES, ENV_STRICT
-from .patch import ImportPatch, Patch, Result, Side, State, UnsupportedDrift, stamp
+from .patch import ImportPatch, Listing, Patch, Result, Side, State, UnsupportedDrift, stamp
 from .requirements import Requirement
 
 __all__ = [
@@ -61,8 +61,17 @@ class Registry:
         renamed: dict[str, str] | None = None,
         preflight: Callable[[ModuleType, list[str]], list[Result]] | None = None,
         strict: bool = True,
+        listing: tuple[Listing, ...] = (),
+        load: Callable[[], Iterable[AnyPatch]] | None = None,
     ):
-        self.patches: dict[str, AnyPatch] = {}
+        """`listing` and `load`: patches known by their listing until `load()` returns their
+        declarations (`patches.LISTING`, `patches.load`), which happens on the first use of
+        `patches` or once a module one of them targets is imported."""
+        self._patches: dict[str, AnyPatch] = {}
+        self._listing = listing
+        self._listed_by_name = {entry.name: entry for entry in listing}
+        self._load = load
+        self._loading = False
         self.results: dict[str, Result] = {}
         #: refused as their module is imported (`spec_compat.requirements`)
         self.requirements = requirements
@@ -81,23 +90,62 @@ class Registry:
         #: top-level package -> its modules to patch once imported (`_when_imported`)
         self._deferred: dict[str, list[str]] = {}
 
+    @property
+    def patches(self) -> dict[str, AnyPatch]:
+        """Every declaration, by name (the listed ones are loaded on first use)."""
+        if self._load is not None:
+            self._load_listed()
+        return self._patches
+
+    def _load_listed(self) -> None:
+        with self._lock:
+            if self._load is None:
+                return
+            if self._loading:  # a patch module imported a stock module at its top level
+                raise RuntimeError("spec_compat: a patch module imported a patched module")
+            self._loading = True  # the modules import through the hook: it reads the listing
+            try:
+                loaded = tuple(self._load())
+            finally:
+                self._loading = False
+            self._load = None
+            declared = tuple(Listing.of(self.register(patch)) for patch in loaded)
+            if declared != self._listing:  # never act on a listing its patches contradict
+                stale = sorted(set(declared) ^ set(self._listing), key=lambda e: e.name)
+                raise RuntimeError(
+                    "spec_compat: the patch listing (patches/_listing.py) does not match the "
+                    "declarations; run `python tools/patches_doc.py`.  Differing entries:\n"
+                    + "\n".join(f"  {entry}" for entry in stale)
+                )
+
     def register(self, patch: AnyPatch) -> AnyPatch:
-        if patch.name in self.patches:
+        if patch.name in self._patches:
             raise ValueError(f"patch {patch.name!r} is registered twice")
-        self.patches[patch.name] = patch
+        self._patches[patch.name] = patch
         self._order = None
         return patch
+
+    def listed(self) -> list[Listing]:
+        """Every patch as selection sees it: the listing while the declarations are not
+        loaded, else each declaration's, in application order."""
+        if self._load is not None:
+            return list(self._listing)
+        return [Listing.of(p) for p in self.ordered()]
 
     def ordered(self) -> list[AnyPatch]:
         """Every patch in application order: each stack as its patches declare it
         (`spec_compat.stacks`), registration order otherwise; `StackError` if the declared
         relations are broken or circular."""
         if self._order is None:
+            from . import stacks  # with the declarations, not with apply()
+
             self._order = stacks.order(list(self.patches.values()))
         return self._order
 
     def stacks(self) -> list[tuple[str, list[AnyPatch]]]:
         """Every target more than one patch wraps, with its patches innermost first."""
+        from . import stacks
+
         return stacks.stacks(self.ordered())
 
     # -- selection ------------------------------------------------------------------------
@@ -120,16 +168,16 @@ class Registry:
         only: Iterable[str] | None = None,
         exclude: Iterable[str] | None = None,
         side: Side | None = None,
-    ) -> list[AnyPatch]:
+    ) -> list[Listing]:
+        listed = self.listed()
+        known = {p.name for p in listed}
         only_set = set(self.current_names(only)) if only is not None else None
         exclude_set = set(self.current_names(exclude or ()))
-        unknown = ((only_set or set()) | exclude_set) - set(self.patches)
+        unknown = ((only_set or set()) | exclude_set) - known
         if unknown:
-            raise ValueError(
-                f"unknown patch name(s) {sorted(unknown)}; known: {sorted(self.patches)}"
-            )
+            raise ValueError(f"unknown patch name(s) {sorted(unknown)}; known: {sorted(known)}")
         chosen = []
-        for p in self.ordered():
+        for p in listed:
             wanted = p.name in only_set if only_set is not None else p.default
             if wanted and p.name not in exclude_set and (side is None or p.side in (side, "both")):
                 chosen.append(p)
@@ -152,14 +200,14 @@ class Registry:
             for p in chosen:
                 if p.name not in self._selected:
                     self._selected.append(p.name)
-                    if isinstance(p, Patch):  # an import patch is decided as it imports
+                    if not p.imports:  # an import patch is decided as it imports
                         self.results[p.name] = p.result(State.PENDING)
             if side is None:  # a worker's partial apply keeps the driver's full selection
                 startup.export(self._selected, strict)
             if self._hook is None:
                 self._hook = ImportHook(self._before_import)
             self._hook.install()
-            for module_name in dict.fromkeys(p.module for p in chosen if isinstance(p, Patch)):
+            for module_name in dict.fromkeys(p.module for p in chosen if not p.imports):
                 module = sys.modules.get(module_name)
                 if module is not None:
                     self._apply_module(module)
@@ -213,13 +261,21 @@ class Registry:
         return moves if moves or module_name in waiting else None
 
     def _pending(self, module_name: str, kind: type) -> list[Any]:
-        return [
-            p
+        """The selected, undecided patches of `kind` for `module_name`, in application
+        order (declarations load only when there is one)."""
+        waiting = {
+            n
             for n in self._selected
-            if isinstance(p := self.patches[n], kind)
-            and p.module == module_name
+            if self._module_of(n) == module_name
             and (n not in self.results or self.results[n].state is State.PENDING)
-        ]
+        }
+        if not waiting:
+            return []
+        return [p for p in self.ordered() if p.name in waiting and isinstance(p, kind)]
+
+    def _module_of(self, name: str) -> str:
+        entry = self._listed_by_name.get(name)  # checked against the declaration once loaded
+        return entry.module if entry is not None else self.patches[name].module
 
     def _on_import(self, module: ModuleType) -> None:
         with self._lock:
@@ -259,6 +315,8 @@ class Registry:
             p.name: self.decide(p, module if module is not None else sys.modules.get(p.module))
             for p in patches
         }
+        from . import stacks
+
         stacks.supersede(found, self.patches, self.results)
         return [(p, found[p.name]) for p in patches]
 

@@ -5,6 +5,11 @@ order a stack: patches that wrap one target declare where they stand relative to
 (`after=` / `before=` on the declaration), and the registry applies each stack in the order
 those give (`spec_compat.stacks`); between patches with nothing declared, which are
 independent, this order decides.  A test checks that every module here is listed.
+
+`LISTING` (`_listing.py`, written by tools/patches_doc.py from the declarations) is what
+`apply()` needs of each patch without importing its module.  The registry loads every
+module once a module they target is imported, and refuses a listing that no longer matches
+its declaration.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import importlib
 
 from ..patch import ImportPatch, Patch
+from ._listing import LISTING  # noqa: F401  (generated from the declarations)
 
 ORDER = (
     "speculators_pydantic_torch",
@@ -61,9 +67,18 @@ ORDER = (
     "shm_transport_worker",
 )
 
-ALL: tuple[Patch | ImportPatch, ...] = tuple(
-    importlib.import_module(f"{__name__}.{name}").PATCH for name in ORDER
-)
+
+def load() -> tuple[Patch | ImportPatch, ...]:
+    """Every declaration, in `ORDER`: imports each patch module (what `apply()` avoids: it
+    reads `LISTING`)."""
+    return tuple(importlib.import_module(f"{__name__}.{name}").PATCH for name in ORDER)
+
+
+def __getattr__(name: str) -> tuple[Patch | ImportPatch, ...]:
+    if name == "ALL":  # every declaration, loaded on first use
+        return load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Former patch names, still accepted by apply(only=..., exclude=...) with a warning.
 RENAMED = {
