@@ -17,8 +17,9 @@ from packaging.version import Version
 
 from spec_compat import gates
 from spec_compat.gates import Need, Verdict
+from spec_compat.listing import Listing
 from spec_compat.names import ENV_PATCHES
-from spec_compat.patch import Listing, Patch, State
+from spec_compat.patch import Patch, State
 from spec_compat.registry import Registry
 
 #: modules that only deciding or applying a patch needs (each cost apply() milliseconds)

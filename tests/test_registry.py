@@ -306,7 +306,7 @@ def test_every_replacement_is_stamped_by_the_registry(stock):
 def test_stamp_leaves_proxies_and_classes_usable():
     import wrapt
 
-    from spec_compat.patch import stamp
+    from spec_compat.replacements import stamp
 
     class Original:
         """the original"""

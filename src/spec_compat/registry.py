@@ -14,12 +14,14 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import startup
 from .import_hook import ImportHook, Moves
+from .listing import AnyPatch, Declarations, Listing
 from .names import ENV_PATCHES, ENV_STRICT
-from .patch import ImportPatch, Listing, Patch, Result, Side, State, UnsupportedDrift, stamp
+from .patch import ImportPatch, Patch, Result, Side, State, UnsupportedDrift
+from .replacements import Replacements
 from .requirements import Requirement
 
 __all__ = [
@@ -34,24 +36,6 @@ __all__ = [
     "UnsupportedDrift",
 ]
 
-AnyPatch = Patch | ImportPatch
-
-
-def _resolve(module: ModuleType, target: str) -> tuple[Any, str]:
-    """The object owning the last component of `target`, and that component."""
-    *path, attr = target.split(".")
-    owner: Any = module
-    for part in path:
-        owner = getattr(owner, part)
-    return owner, attr
-
-
-class _Applied(NamedTuple):
-    owner: Any
-    attr: str
-    original: Any
-    had_own: bool  # the owner defined the attribute itself (not inherited)
-
 
 class Registry:
     def __init__(
@@ -65,13 +49,8 @@ class Registry:
         load: Callable[[], Iterable[AnyPatch]] | None = None,
     ):
         """`listing` and `load`: patches known by their listing until `load()` returns their
-        declarations (`patches.LISTING`, `patches.load`), which happens on the first use of
-        `patches` or once a module one of them targets is imported."""
-        self._patches: dict[str, AnyPatch] = {}
-        self._listing = listing
-        self._listed_by_name = {entry.name: entry for entry in listing}
-        self._load = load
-        self._loading = False
+        declarations (`patches.LISTING`, `patches.load`: `spec_compat.listing`)."""
+        self.declarations = Declarations(listing, load)
         self.results: dict[str, Result] = {}
         #: refused as their module is imported (`spec_compat.requirements`)
         self.requirements = requirements
@@ -83,7 +62,7 @@ class Registry:
         self.strict = strict
         self.findings: list[Result] = []
         self._selected: list[str] = []
-        self._applied: list[_Applied] = []
+        self._replacements = Replacements()
         self._lock = threading.RLock()
         self._hook: ImportHook | None = None
         self._order: list[AnyPatch] | None = None
@@ -93,43 +72,17 @@ class Registry:
     @property
     def patches(self) -> dict[str, AnyPatch]:
         """Every declaration, by name (the listed ones are loaded on first use)."""
-        if self._load is not None:
-            self._load_listed()
-        return self._patches
-
-    def _load_listed(self) -> None:
-        with self._lock:
-            if self._load is None:
-                return
-            if self._loading:  # a patch module imported a stock module at its top level
-                raise RuntimeError("spec_compat: a patch module imported a patched module")
-            self._loading = True  # the modules import through the hook: it reads the listing
-            try:
-                loaded = tuple(self._load())
-            finally:
-                self._loading = False
-            self._load = None
-            declared = tuple(Listing.of(self.register(patch)) for patch in loaded)
-            if declared != self._listing:  # never act on a listing its patches contradict
-                stale = sorted(set(declared) ^ set(self._listing), key=lambda e: e.name)
-                raise RuntimeError(
-                    "spec_compat: the patch listing (patches/_listing.py) does not match the "
-                    "declarations; run `python tools/patches_doc.py`.  Differing entries:\n"
-                    + "\n".join(f"  {entry}" for entry in stale)
-                )
+        return self.declarations.all()
 
     def register(self, patch: AnyPatch) -> AnyPatch:
-        if patch.name in self._patches:
-            raise ValueError(f"patch {patch.name!r} is registered twice")
-        self._patches[patch.name] = patch
         self._order = None
-        return patch
+        return self.declarations.add(patch)
 
     def listed(self) -> list[Listing]:
         """Every patch as selection sees it: the listing while the declarations are not
         loaded, else each declaration's, in application order."""
-        if self._load is not None:
-            return list(self._listing)
+        if not self.declarations.loaded:
+            return list(self.declarations.listing)
         return [Listing.of(p) for p in self.ordered()]
 
     def ordered(self) -> list[AnyPatch]:
@@ -266,16 +219,12 @@ class Registry:
         waiting = {
             n
             for n in self._selected
-            if self._module_of(n) == module_name
+            if self.declarations.module_of(n) == module_name
             and (n not in self.results or self.results[n].state is State.PENDING)
         }
         if not waiting:
             return []
         return [p for p in self.ordered() if p.name in waiting and isinstance(p, kind)]
-
-    def _module_of(self, name: str) -> str:
-        entry = self._listed_by_name.get(name)  # checked against the declaration once loaded
-        return entry.module if entry is not None else self.patches[name].module
 
     def _on_import(self, module: ModuleType) -> None:
         with self._lock:
@@ -294,7 +243,7 @@ class Registry:
             raise UnsupportedDrift(refused)
         for patch, result in decisions:
             if result.state is State.APPLIED:
-                self._replace(patch, module)
+                self._replacements.replace(module, patch.target, patch.wrap, patch.name)
         if self.preflight is not None:
             applied = [
                 n
@@ -327,22 +276,10 @@ class Registry:
             return patch.result(State.SKIPPED, f"needs {', '.join(missing)} selected too")
         return patch.decide(module)
 
-    def _replace(self, patch: Patch, module: ModuleType) -> None:
-        owner, attr = _resolve(module, patch.target)
-        had_own = attr in vars(owner)
-        original = vars(owner)[attr] if had_own else getattr(owner, attr)
-        setattr(owner, attr, stamp(patch.wrap(original), original, patch.name))
-        self._applied.append(_Applied(owner, attr, original, had_own))
-
     def revert(self) -> None:
         """Restore every replaced name to the exact original object, newest first."""
         with self._lock:
-            for rec in reversed(self._applied):
-                if rec.had_own:
-                    setattr(rec.owner, rec.attr, rec.original)
-                else:
-                    delattr(rec.owner, rec.attr)
-            self._applied.clear()
+            self._replacements.restore()
             self._deferred.clear()
             self._selected.clear()
             self.results.clear()
