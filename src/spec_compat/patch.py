@@ -37,19 +37,6 @@ class State(enum.Enum):
     UNSUPPORTED = "unsupported drift"
 
 
-#: the gate fields every kind ends with (declared and documented on `Patch`)
-GATES = (
-    "speculators",
-    "vllm",
-    "platform",
-    "default",
-    "fixes",
-    "requires",
-    "after",
-    "before",
-    "superseded_by",
-)
-
 _STATE_OF = {
     Need.NEEDED: State.APPLIED,
     Need.NOT_NEEDED: State.NOT_NEEDED,
@@ -178,6 +165,10 @@ class _PatchFields(NamedTuple):
     #: patches of the same stock module whose effect makes this one moot: when one of them
     #: applies, this one is not applied and reports `State.SUPERSEDED`
     superseded_by: tuple[str, ...] = ()
+
+
+#: the gate fields every kind ends with (declared and documented on `Patch`)
+GATES = _PatchFields._fields[_PatchFields._fields.index("speculators") :]
 
 
 class Patch(_PatchFields, Gated):
