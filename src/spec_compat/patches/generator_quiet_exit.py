@@ -32,13 +32,14 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: Any) -> Any:
-    is_finalizing = sys.is_finalizing  # bound now: `sys` itself may be gone by then
+    # bound now: at exit this module's globals (`sys`, `contextlib`) may already be None
+    is_finalizing, suppress = sys.is_finalizing, contextlib.suppress
 
     def __del__(self: Any) -> None:
         if not is_finalizing():
             original(self)
             return
-        with contextlib.suppress(Exception):
+        with suppress(Exception):
             original(self)
 
     return __del__
