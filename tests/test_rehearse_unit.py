@@ -94,3 +94,54 @@ def test_every_shipped_example_is_listed():
     assert {"llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "deepseek-v3", "kimi-k2.5-text"} <= set(
         names
     )
+
+
+def composite_configs() -> list:
+    """Every transformers config class whose parts include a decoder and something else."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    found = []
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        cls = CONFIG_MAPPING[model_type]
+        if getattr(cls, "sub_configs", None) and "text_config" in cls.sub_configs:
+            try:
+                found.append(cls())
+            except Exception:  # a class that needs arguments: no default
+                continue
+    return found
+
+
+def test_every_tower_shrinks_and_the_decoder_stays_as_configured():
+    configs = composite_configs()
+    assert len(configs) > 20, "transformers' composite configs were not found"
+    for config in configs:
+        text = config.get_text_config()
+        before = text.to_dict()
+        miniature.shrink_towers(config)
+        assert text.to_dict() == before, type(config).__name__
+        for name, part in miniature._parts(config):
+            if part is text:
+                continue
+            for key in miniature.TOWER_HEAD_KEYS:
+                if miniature._int(part, key):
+                    assert getattr(part, key) == miniature.TOWER_HEADS, (type(config), name)
+            for key in miniature.TOWER_OUT_KEYS:
+                if miniature._int(part, key):
+                    assert getattr(part, key) == text.hidden_size, (type(config), name, key)
+
+
+def test_a_wrapper_copy_keeps_tower_depth_and_feature_layers():
+    from transformers import Qwen3VLConfig
+
+    config, notes = miniature.shrink(Qwen3VLConfig().to_dict())
+    vision = config.vision_config
+    assert (vision.depth, vision.deepstack_visual_indexes) == (27, [8, 16, 24])
+    assert (vision.num_heads, vision.hidden_size) == (2, 2 * 1152 // 16)
+    assert vision.out_hidden_size == config.text_config.hidden_size == miniature.WIDTH
+    assert any(note.startswith("vision_config: 2 heads") for note in notes)
+
+
+def test_layer_pattern_strings_follow_the_depth():
+    raw = {"model_type": "nemotron_h", "hybrid_override_pattern": "M-M*-M-M*"}
+    config, _ = miniature.shrink(raw)
+    assert config.hybrid_override_pattern == "M-M*"

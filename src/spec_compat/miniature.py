@@ -22,9 +22,24 @@ WIDTH = 128
 FFN = 256
 EXPERT_FFN = 64
 TOKENIZER_VOCAB = 1024
+#: a vision / audio tower: a few heads of the size it had, a narrow feed-forward; its depth
+#: and index lists (deepstack layers, feature layers) stay, since they refer to the depth
+TOWER_HEADS = 2
+TOWER_FFN = 64
+TOWER_HEAD_KEYS = ("num_attention_heads", "num_heads", "encoder_attention_heads")
+TOWER_WIDTH_KEYS = ("hidden_size", "embed_dim", "d_model", "width")
+TOWER_FFN_KEYS = ("intermediate_size", "encoder_ffn_dim", "ffn_dim", "mlp_dim")
+#: a tower's output feeds the decoder: it must have the decoder's width
+TOWER_OUT_KEYS = ("out_hidden_size", "projector_hidden_size", "text_hidden_size")
 #: what a shrunken copy can only get wrong: quantised random weights mean nothing
 DROPPED = ("quantization_config", "compression_config")
 TOKENIZER_FILES = ("tokenizer*", "*.tiktoken", "special_tokens_map.json", "vocab.*", "merges.txt")
+#: a multimodal wrapper's processor: vLLM builds it (and profiles the towers) at start-up
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+)
 
 
 @dataclass
@@ -35,6 +50,8 @@ class Miniature:
     mla: bool  # multi-head latent attention (DeepSeek-style)
     routed_experts: bool  # a router picks experts per token
     prompt_vocab: int  # prompts draw token ids below this
+    multimodal: bool = False  # a wrapper: towers beside the decoder
+    processor: bool = False  # the source's processor files were copied
     notes: list[str] = field(default_factory=list)
 
     def map_layers(self, layer_ids: list[int] | None) -> list[int] | None:
@@ -98,7 +115,8 @@ def shrink(raw: dict[str, Any], tensor_parallel_size: int = 1) -> tuple[Any, lis
     depth = text.num_hidden_layers
     layers = min(depth, LAYERS)
     for key, value in list(vars(text).items()):  # per-layer lists follow the depth
-        if isinstance(value, list) and len(value) == depth and depth != layers:
+        per_layer = isinstance(value, list) or (isinstance(value, str) and "pattern" in key)
+        if per_layer and len(value) == depth and depth != layers:  # "M-M*-" patterns too
             setattr(text, key, value[:layers])
     text.num_hidden_layers = layers
 
@@ -129,7 +147,48 @@ def shrink(raw: dict[str, Any], tensor_parallel_size: int = 1) -> tuple[Any, lis
         f"{small_heads}/{small_kv} heads of size {head_dim}; experts, vocabulary and every "
         "other setting as configured"
     )
-    return config, notes
+    return config, notes + shrink_towers(config)
+
+
+def shrink_towers(config: Any) -> list[str]:
+    """Shrink every part of a composite config that is not the decoder (vision, audio
+    towers, however deep they nest: `sub_configs` names them) in place, as TOWER_* say."""
+    text = config.get_text_config()
+    notes = []
+    for name, part in _parts(config):
+        if part is text:
+            continue
+        head_key = next((k for k in TOWER_HEAD_KEYS if _int(part, k)), None)
+        width_key = next((k for k in TOWER_WIDTH_KEYS if _int(part, k)), None)
+        if head_key and width_key:
+            head = getattr(part, width_key) // getattr(part, head_key)
+            setattr(part, head_key, TOWER_HEADS)
+            setattr(part, width_key, TOWER_HEADS * head)
+            if _int(part, "num_key_value_heads"):
+                part.num_key_value_heads = TOWER_HEADS
+        for key in TOWER_FFN_KEYS:
+            if _int(part, key):
+                setattr(part, key, TOWER_FFN)
+        for key in TOWER_OUT_KEYS:
+            if _int(part, key):
+                setattr(part, key, text.hidden_size)
+        notes.append(f"{name}: {TOWER_HEADS} heads, feed-forward {TOWER_FFN}, depth as configured")
+    return notes
+
+
+def _parts(config: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every sub-config of `config`, depth first, with its dotted name."""
+    found = []
+    for name in getattr(type(config), "sub_configs", {}) or {}:
+        part = getattr(config, name, None)
+        if part is not None and hasattr(part, "to_dict"):
+            found.append((prefix + name, part))
+            found.extend(_parts(part, f"{prefix}{name}."))
+    return found
+
+
+def _int(part: Any, key: str) -> bool:
+    return type(getattr(part, key, None)) is int and getattr(part, key) > 0
 
 
 def source_depth(raw: dict[str, Any]) -> int:
@@ -168,7 +227,8 @@ def build(source: Path, directory: Path, tensor_parallel_size: int = 1, seed: in
     config_file.write_text(json.dumps(saved, indent=2))
 
     copied = [f for p in TOKENIZER_FILES for f in source.glob(p) if f.is_file()]
-    for file in copied:
+    processor = [f for p in PROCESSOR_FILES for f in source.glob(p) if f.is_file()]
+    for file in copied + processor:
         shutil.copy2(file, directory / file.name)
     if not copied:
         build_tokenizer(directory)
@@ -182,4 +242,6 @@ def build(source: Path, directory: Path, tensor_parallel_size: int = 1, seed: in
         routed_experts=routes_experts(config.get_text_config()),
         prompt_vocab=min(vocab, TOKENIZER_VOCAB),
         notes=notes,
+        multimodal=config.get_text_config() is not config,
+        processor=bool(processor),
     )

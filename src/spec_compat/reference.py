@@ -135,7 +135,10 @@ def _extract(spec: dict[str, Any]) -> Any:
     from speculators.data_generation import vllm_hidden_states_generator as gen
 
     float32_engine(
-        gen, attention_backend=spec.get("attention_backend"), dtype=spec.get("dtype", "float32")
+        gen,
+        spec.get("model_options"),
+        attention_backend=spec.get("attention_backend"),
+        dtype=spec.get("dtype", "float32"),
     )
     step = {"max_num_batched_tokens": n} if (n := spec.get("max_num_batched_tokens")) else {}
     generator = gen.VllmHiddenStatesGenerator(
@@ -168,6 +171,10 @@ def _native(spec: dict[str, Any]) -> Any:
         options["attention_config"] = AttentionConfig(backend=backend)
     if n := spec.get("max_num_batched_tokens"):
         options["max_num_batched_tokens"] = n
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():  # beside the extractor's engine on the same GPU
+        options |= {"gpu_memory_utilization": 0.05, "kv_cache_memory_bytes": 1 << 30}
     llm = LLM(
         spec["model"],
         enforce_eager=True,
@@ -247,13 +254,20 @@ def preflight(architectures: list[str]) -> dict[str, Any]:
     import importlib.util
     from dataclasses import asdict
 
+    from vllm.config import ModelConfig
     from vllm.platforms import current_platform
 
     from .capture import route
 
     cpu = current_platform.is_cpu()
     mla = importlib.util.find_spec("vllm.v1.attention.backends.mla.cpu_mla") is not None
-    return {"route": asdict(route(architectures)), "cpu": cpu, "cpu_mla_backend": mla}
+    text_only = "language_model_only" in getattr(ModelConfig, "__dataclass_fields__", {})
+    return {
+        "route": asdict(route(architectures)),
+        "cpu": cpu,
+        "cpu_mla_backend": mla,
+        "language_model_only": text_only,
+    }
 
 
 def _await(spec_file: Path) -> dict[str, Any]:

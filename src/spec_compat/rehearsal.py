@@ -49,6 +49,7 @@ class Rehearsal:
     tolerance: float = TOLERANCE
     patches_involved: list[str] = field(default_factory=list)
     error: str | None = None
+    log_tail: list[str] = field(default_factory=list)  # the failed child's last lines
     exit_code: int = PASS
     seconds: float = 0.0
 
@@ -136,6 +137,7 @@ class Child:
         if self.proc.wait() == 0:
             return torch.load(self.out, weights_only=False)
         tail = "\n".join(self.log.read_text().splitlines()[-60:])
+        report.log_tail = tail.splitlines()[-25:]
         report.patches_involved = [name for name in REGISTRY.patches if name in tail]
         what = "the stock extractor" if self.mode == "extract" else "vLLM's own aux hidden states"
         raise Stop(UNTRUSTED, f"{what} failed: {self.last_error()}")

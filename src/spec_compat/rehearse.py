@@ -171,6 +171,15 @@ def _rehearse(
     # vLLM's CPU kernels for state layers (Gated DeltaNet) take bf16 only: the extractor
     # and vLLM's own states then run in bf16 alike
     dtype = "bfloat16" if hybrid and facts["cpu"] else "float32"
+    # the stock extractor sends text only; without the source's processor vLLM cannot build
+    # a wrapper's towers, so the copy is served as a language model, through the wrapper
+    options = {}
+    if copy.multimodal and not copy.processor:
+        if not facts["language_model_only"]:
+            raise Stop(ENVIRONMENT, "a multimodal wrapper needs its processor files beside "
+                       "config.json (preprocessor_config.json) on this vLLM")  # fmt: skip
+        options = {"language_model_only": True}
+        report.copy.append("no processor files: the wrapper's text path (language_model_only)")
     prompts = prompts_for(copy.prompt_vocab, max_model_len)
     # vLLM's CPU MLA prefill depends on the batch (docs/models.md), and a hybrid model's
     # state layers round their carried state where a step cuts a prompt: the reference
@@ -187,6 +196,7 @@ def _rehearse(
         "attention_backend": backend,
         "dtype": dtype,
         "max_num_batched_tokens": step_tokens,  # None: the stock step size
+        "model_options": options,
     }
     tokens = sum(map(len, prompts))
     extractor.run(spec)
@@ -257,6 +267,7 @@ def render(report: Rehearsal) -> str:
     lines.append(f"{verdict[report.exit_code]} in {report.seconds:.0f} s")
     if report.error:
         lines.append(f"  {report.error}")
+        lines.extend(f"    | {line}" for line in report.log_tail[-12:])
     return "\n".join(lines)
 
 

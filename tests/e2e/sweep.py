@@ -117,9 +117,12 @@ def not_runnable(arch: str) -> str | None:
     return NOT_RUNNABLE.get(arch)
 
 
-#: Families the sweep leaves to `test_model_families.py`: vLLM's CPU MLA kernels differ from
-#: transformers, so they are compared with vLLM's own aux states (docs/models.md).
+#: Families whose attention is MLA: vLLM's CPU MLA kernels differ from transformers, so
+#: they are compared with vLLM's own aux states (†), each prompt alone, with vLLM's
+#: float32-capable CPU_MLA backend (its AMX MLA, picked on CPUs with AMX, is bf16 only)
 MLA = ("Deepseek", "GlmMoeDsa", "SarvamMLA", "MistralLarge3", "KimiK25", "MiniCPM3")
+#: vLLM's CPU MLA kernel exists for these sizes only
+MLA_SIZES = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,37 @@ class Candidate:
     multimodal: bool
     blocker: str | None  # why it is not run here, if it is not
     hybrid: bool = False  # vLLM's IsHybrid: attention beside Mamba / linear-attention state
+    mla: bool = False
+
+    @property
+    def kind(self) -> str:
+        """How it runs: one extractor process per kind (their engine settings differ)."""
+        if self.hybrid:
+            return "hybrid"
+        if self.mla:
+            return "mla"
+        if self.multimodal and self.architecture not in BUILDERS:
+            return "wrapper"  # text prompts through the wrapper, towers left unbuilt
+        return "plain"
+
+
+#: the engine settings of each kind (ModelConfig options, the attention backend) and
+#: whether each prompt runs alone (then the reference is vLLM's own aux states, bitwise)
+KINDS = {
+    "plain": ({}, None, False),
+    # vLLM's CPU Gated DeltaNet kernel runs bf16 only
+    "hybrid": ({"dtype": "bfloat16"}, None, True),
+    "mla": ({}, "CPU_MLA", True),
+    # text prompts only (what the stock extractor sends): vLLM builds no tower or processor
+    "wrapper": ({"language_model_only": True}, None, False),
+}
+
+
+def drafts() -> set[str]:
+    """The registry's own list of speculative-decoding (draft) models."""
+    from vllm.model_executor.models import registry
+
+    return set(getattr(registry, "_SPECULATIVE_DECODING_MODELS", {}))
 
 
 def eagle3_architectures() -> list[Candidate]:
@@ -140,9 +174,11 @@ def eagle3_architectures() -> list[Candidate]:
         supports_eagle3,
         supports_multimodal,
     )
+    from vllm.model_executor.models.interfaces_base import is_pooling_model
 
     from spec_compat.capture import route
 
+    draft_models = drafts()
     found = []
     for arch in sorted(ModelRegistry.get_supported_archs()):
         try:
@@ -168,30 +204,36 @@ def eagle3_architectures() -> list[Candidate]:
         blocker = None
         if reason := not_runnable(arch):
             blocker = reason
-        elif arch.startswith(MLA):
-            blocker = "MLA: proven against vLLM's own states in test_model_families"
-        elif any(word in arch for word in ("Eagle", "Draft", "DSpark", "MTP", "Assistant")):
+        elif arch in draft_models or any(
+            word in arch for word in ("Eagle", "Draft", "DSpark", "MTP", "Assistant")
+        ):
             blocker = "a draft model itself, not a verifier"
-        elif arch.endswith("Model") or "Embedding" in arch or "Classification" in arch:
+        elif is_pooling_model(cls) or arch.endswith("Model") or "Classification" in arch:
             blocker = "a pooling model (no LM head): nothing for the extractor to generate"
-        elif multimodal and arch not in BUILDERS:
-            blocker = "multimodal wrapper without a tiny-model builder here (docs/models.md)"
         elif not hasattr(transformers, arch):
             blocker = f"transformers {transformers.__version__} has no class {arch}"
         elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
-        found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls)))
+        found.append(
+            Candidate(arch, module, multimodal, blocker, is_hybrid(cls), arch.startswith(MLA))
+        )
     return found
 
 
 def build(arch: str, directory: Path, seed: int = 0) -> Path:
-    """A tiny random model of transformers' class `arch` (raises if transformers cannot)."""
+    """A tiny random model of transformers' class `arch` (raises if transformers cannot):
+    its config's defaults with SHRINK on the decoder's config (a wrapper's `text_config`)
+    and the towers shrunk by `miniature.shrink_towers`."""
     import transformers
+
+    from spec_compat import miniature
 
     if arch in BUILDERS:
         return BUILDERS[arch](directory, layers=LAYERS, seed=seed)
     cls = getattr(transformers, arch)
-    known = cls.config_class().to_dict()
+    defaults = cls.config_class()
+    composite = defaults.get_text_config() is not defaults
+    known = defaults.get_text_config().to_dict()
     # only what the family has: a MoE size on a dense config would switch experts on in
     # vLLM's reading of the config but not in transformers' (Gemma 4).  A head_dim of None
     # means "derived from the sizes": set it to what that derivation gives (HunYuan).
@@ -200,11 +242,26 @@ def build(arch: str, directory: Path, seed: int = 0) -> Path:
         for k, v in SHRINK.items()
         if known.get(k) not in (None, False, 0) or (k == "head_dim" and k in known)
     }
-    kwargs |= OVERRIDES.get(arch, {})
-    config = cls.config_class(**kwargs)
+    kwargs |= {k: v for k, v in MLA_SIZES.items() if known.get(k)}
+    if composite:  # the wrapper's vocabulary stays: its special token ids lie in it
+        kwargs.pop("vocab_size", None)
+        text = {"model_type": known["model_type"]} if known.get("model_type") else {}
+        config = cls.config_class(text_config=text | kwargs, **OVERRIDES.get(arch, {}))
+        miniature.shrink_towers(config)
+    else:
+        config = cls.config_class(**(kwargs | OVERRIDES.get(arch, {})))
     config.architectures = [arch]
     tiny_models._start(directory, seed)
-    return tiny_models._save(cls(config), directory)
+    return tiny_models._save(cls(config), directory, _float32_parts)
+
+
+def _float32_parts(data: dict) -> None:
+    """Every part's dtype float32, as the top level's (a wrapper's text_config has its own)."""
+    for name, part in data.items():
+        if isinstance(part, dict) and (
+            name == "text_config" or {"dtype", "torch_dtype"} & set(part)
+        ):
+            part["torch_dtype"] = "float32"
 
 
 @dataclass

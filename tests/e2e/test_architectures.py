@@ -1,9 +1,11 @@
 """The architecture sweep: the stock extractor with a plain `apply()` on every EAGLE-3
 architecture of the installed vLLM that transformers can build, against transformers.
 
-One extractor process per speculators line builds one generator per model in turn
-(`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`: the states must come back
-in that order.  Every session runs the subset in `CORE`; `nox -s sweep`
+One extractor process per speculators line and kind of model (`sweep.KINDS`: plain; hybrid
+in bf16; MLA on vLLM's CPU_MLA backend; multimodal wrappers with `language_model_only`, so
+that text prompts go through the wrapper as the stock extractor sends them) builds one
+generator per model in turn (`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`:
+the states must come back in that order.  Every session runs the subset in `CORE`; `nox -s sweep`
 (`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).
 `SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which
 `tools/compat_report.py --sweep DIR` merges into docs/architectures.json and renders into
@@ -32,9 +34,6 @@ SWEEP = os.environ.get("SPEC_COMPAT_SWEEP", "core")
 AUTO, AUTO_KEY = "MistralForCausalLM", "MistralForCausalLM, layer_ids=None"
 AUTO_LAYERS = [2, 4 // 2, 4 - 3, 4 - 1]  # speculators' choice for 4 layers: [2, 2, 1, 3]
 PROMPTS = tiny_models.random_prompts(6, 2, 120, seed=11)
-#: hybrid models (vLLM's IsHybrid) run in bf16, vLLM's CPU Gated DeltaNet kernel's only
-#: dtype, each prompt alone, and must equal vLLM's own aux states in bf16 bitwise
-HYBRID_OPTIONS = {"dtype": "bfloat16"}
 
 
 def candidates() -> list[sweep.Candidate]:
@@ -74,39 +73,41 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
                 "not run",
                 reason=f"transformers cannot build it: {type(exc).__name__}: {exc}"[:300],
             )
-    module_of = {c.architecture: c.vllm_module for c in CANDIDATES}
-    hybrids = {c.architecture for c in CANDIDATES if c.hybrid and c.architecture in built}
+    kind_of = {c.architecture: c for c in CANDIDATES}
     results: dict = {}
-    for group in (set(built) - hybrids, hybrids):
-        models = {arch: built[arch] for arch in built if arch in group}
+    for kind, (options, backend, alone) in sweep.KINDS.items():
+        models = {a: p for a, p in built.items() if kind_of[a].kind == kind}
         if not models:
             continue
-        hybrid = group is hybrids
+        plain = kind == "plain"
         run = run_stock(
             speculators_dir,
             next(iter(models.values())),
             PROMPTS,
             sweep.SWEEP_LAYER_IDS,
-            calls=[[i] for i in range(len(PROMPTS))] if hybrid else None,
+            calls=[[i] for i in range(len(PROMPTS))] if alone else None,
             extra={
                 "models": [str(p) for p in models.values()]
-                + ([] if hybrid else auto_selection(built)),
-                "model_options": HYBRID_OPTIONS if hybrid else {},
+                + (auto_selection(built) if plain else []),
+                "model_options": options,
+                "attention_backend": backend,
             },
             timeout=60 * 60,
         )
-        assert run.data is not None, f"sweep process failed:\n{run.tail}"
+        assert run.data is not None, f"sweep process ({kind}) failed:\n{run.tail}"
         results |= run.data["sweep"]
         for arch, model in models.items():
             got = results.get(str(model))
             if isinstance(got, dict):  # the worker's own error says more than the driver's
                 got = {"error": worker_error(run.log, model) or got["error"]}
-            judged = judge_hybrid if hybrid else judge
-            outcomes[arch] = judged(arch, module_of[arch], line, model, got)
+            elif got is not None and alone:  # one call per prompt
+                got = [[result for call in got for result in call]]
+            c = kind_of[arch]
+            outcomes[arch] = judge(arch, c.vllm_module, line, model, got, kind=kind)
     if AUTO in built:
         outcomes[AUTO_KEY] = judge(
             AUTO_KEY,
-            module_of[AUTO],
+            kind_of[AUTO].vllm_module,
             line,
             built[AUTO],
             results.get(f"{built[AUTO]}#auto"),
@@ -142,49 +143,44 @@ def auto_selection(built: dict[str, Path]) -> list:
     return [[str(built[AUTO]), None]] if AUTO in built else []
 
 
-def judge_hybrid(arch: str, module: str, line: str, model: Path, got) -> sweep.Outcome:
-    """Against vLLM's own aux states in the same dtype (bf16), bitwise: transformers'
-    float32 cannot be the oracle of vLLM's bf16-only state kernels."""
-    if got is None or isinstance(got, dict):
-        return judge(arch, module, line, model, got)
-    results = [result for call in got for result in call]  # one call per prompt
-    try:
-        native = native_reference(
-            model, PROMPTS, sweep.SWEEP_LAYER_IDS, model_options=HYBRID_OPTIONS
-        )
-    except AssertionError as exc:
-        reason = f"hybrid; no vLLM reference: {str(exc)[-200:]}"
-        return sweep.Outcome(arch, module, line, "not run", reason=reason)
-    error = compare(results, PROMPTS, native)
-    state = "exact vs vLLM" if error == 0.0 else "mismatch"
-    reason = "hybrid: bf16 (vLLM's CPU state kernels), against vLLM's own aux states"
-    return sweep.Outcome(arch, module, line, state, error=error, reason=reason)
+#: why vLLM's own aux states are the reference of a kind, not transformers
+NATIVE_ONLY = {
+    "hybrid": "hybrid: bf16 (vLLM's CPU state kernels), against vLLM's own aux states",
+    "mla": "MLA: vLLM's CPU MLA kernels, against vLLM's own aux states",
+}
 
 
 def judge(
-    arch: str, module: str, line: str, model: Path, got, layers=sweep.SWEEP_LAYER_IDS
-) -> sweep.Outcome:
+    arch: str, module: str, line: str, model: Path, got, layers=sweep.SWEEP_LAYER_IDS,
+    kind: str = "plain",
+) -> sweep.Outcome:  # fmt: skip
+    """Exact against transformers float32, else (vLLM's own computation may differ: a CPU
+    kernel, a fallback activation) bitwise vLLM's own aux states in the same settings."""
     if got is None or isinstance(got, dict):
         reason = (got or {}).get("error", "the sweep process stopped before this model")
         return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
+    if kind in NATIVE_ONLY:
+        error, why = None, NATIVE_ONLY[kind]
+    else:
+        try:
+            error = compare(got[0], PROMPTS, oracle(model, PROMPTS, layers))
+        except Exception as exc:  # no transformers reference: vLLM's then
+            error, why = None, f"no transformers reference ({type(exc).__name__}: {exc})"[:200]
+        else:
+            if error <= TOLERANCE:
+                return sweep.Outcome(arch, module, line, "exact", error=error)
+            why = f"vLLM's own forward differs from transformers by {error:.1e}"
+    options, backend, _ = sweep.KINDS[kind]
     try:
-        want = oracle(model, PROMPTS, layers)
-    except Exception as exc:
-        return sweep.Outcome(arch, module, line, "not run", reason=f"oracle: {exc}"[:300])
-    error = compare(got[0], PROMPTS, want)
-    if error <= TOLERANCE:
-        return sweep.Outcome(arch, module, line, "exact", error=error)
-    # vLLM's own computation may differ from transformers (a CPU kernel, a fallback
-    # activation): then the capture must equal vLLM's own aux states, bitwise
-    try:
-        native = native_reference(model, PROMPTS, layers)
+        native = native_reference(
+            model, PROMPTS, layers, attention_backend=backend, model_options=options
+        )
     except AssertionError as exc:
-        reason = f"{error:.1e} off transformers; no vLLM reference: {str(exc)[-200:]}"
+        reason = f"{why}; no vLLM reference: {str(exc)[-200:]}"
         return sweep.Outcome(arch, module, line, "mismatch", error=error, reason=reason)
     native_error = compare(got[0], PROMPTS, native)
     state = "exact vs vLLM" if native_error == 0.0 else "mismatch"
-    reason = f"vLLM's own forward differs from transformers by {error:.1e}"
-    return sweep.Outcome(arch, module, line, state, error=native_error, reason=reason)
+    return sweep.Outcome(arch, module, line, state, error=native_error, reason=why)
 
 
 @pytest.mark.parametrize(

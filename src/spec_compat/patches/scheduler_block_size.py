@@ -3,7 +3,11 @@
 Target: ``vllm_hidden_states_generator.Scheduler`` (speculators 0.3.0 and 0.4.x).
 Why: vLLM 0.11.1 made ``block_size`` a required ``Scheduler.__init__`` parameter; the stock
     0.3.0 call omits it (``TypeError``).  0.4.x passes its constant ``VLLM_BLOCK_SIZE`` (16),
-    which is wrong wherever the cache gets another block size (``cpu_attention_block_size``).
+    which is wrong wherever the cache gets another block size: the CPU attention kernels'
+    (``cpu_attention_block_size``), and on every platform a hybrid model's, whose scheduler
+    block is the LCM of its KV-cache groups' (vLLM's coordinator asserts it; seen on the
+    H200 with CUDA vLLM 0.26, Qwen3-Next, Qwen3.5 and Nemotron-H).  Only the model's groups,
+    known once the cache is planned, say which.
 How: the stock module's ``Scheduler`` computes the value as ``EngineCore`` does: from 0.20
     ``kv_cache_utils.resolve_kv_cache_block_sizes`` (which also gives ``hash_block_size``),
     before that ``cache_config.block_size`` times the decode and prefill context-parallel
@@ -46,10 +50,12 @@ def probe(module: ModuleType) -> Verdict:
     passes_constant = any("block_size" in c.keywords for c in stock_calls(module, "Scheduler"))
     if verdict.need is Need.NOT_NEEDED and passes_constant and isinstance(stock, int):
         real = cpu_block_size(stock)
-        if real != stock:
-            return Verdict(
-                Need.NEEDED, verdict.found, f"stock block_size={stock}, cache has {real}"
-            )
+        why = (
+            f"stock block_size={stock}, cache has {real}"
+            if real != stock
+            else f"stock block_size={stock}; a hybrid model's groups need their LCM"
+        )
+        return Verdict(Need.NEEDED, verdict.found, why)
     return verdict
 
 
