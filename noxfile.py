@@ -235,14 +235,20 @@ def exhaustive(session: nox.Session) -> None:
 @nox.session
 def sweep(session: nox.Session) -> None:
     """The architecture sweep on EXHAUSTIVE_RELEASE: every `SupportsEagle3` class that
-    transformers can build, both speculators lines (~50 min; the other sessions run its
-    `CORE` subset).  `SPEC_COMPAT_SWEEP_RECORD=DIR` keeps the outcomes for docs/models.md."""
-    python = _environment(session, EXHAUSTIVE_RELEASE)
+    transformers can build, both speculators lines, in the environment where vLLM's
+    multimodal classes import (`vision`'s; the other sessions run its `CORE` subset).
+    `SPEC_COMPAT_SWEEP_RECORD=DIR` keeps the outcomes for docs/models.md."""
+    python = _vision_environment(session)
     with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (sweep)"):
         _pytest(
             session, python, "tests/e2e/test_architectures.py", "-p", "no:cacheprovider",
             "-rs", sweep="all",
         )  # fmt: skip
+
+
+def _vision_environment(session: nox.Session) -> str:
+    _environment(session, EXHAUSTIVE_RELEASE, "--vision")
+    return str(ROOT / ".venvs" / f"vllm-{EXHAUSTIVE_RELEASE}-vision" / "bin" / "python")
 
 
 @nox.session
@@ -251,8 +257,7 @@ def vision(session: nox.Session) -> None:
     image processors need torchvision, and PyPI's torchvision needs PyPI's (CUDA) torch, so
     they run in `.venvs/vllm-<release>-vision` (tools/make_env.py --vision; CUDA builds run
     on the CPU): the sweep's wrappers and the Llava family, both speculators lines."""
-    _environment(session, EXHAUSTIVE_RELEASE, "--vision")
-    python = str(ROOT / ".venvs" / f"vllm-{EXHAUSTIVE_RELEASE}-vision" / "bin" / "python")
+    python = _vision_environment(session)
     with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (vision)"):
         _pytest(
             session,

@@ -262,3 +262,33 @@ def test_model_runner_v1_refuses_a_vllm_without_v1(monkeypatch):
     knobs.pop(model_runner_v1.KNOB)
     verdict = model_runner_v1.probe(None)
     assert verdict.need is Need.UNKNOWN and "removed Model Runner V1" in verdict.found
+
+
+STOCK_SCHEDULER = """
+from vllm.v1.core.sched.scheduler import Scheduler
+
+VLLM_BLOCK_SIZE = 16
+
+
+def build(vllm_config, kv_cache_config, som):
+    return Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                     structured_output_manager=som, block_size=VLLM_BLOCK_SIZE)
+"""
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+def test_a_constant_stock_block_size_is_replaced_on_every_platform(stock_module, monkeypatch, cpu):
+    """speculators 0.4.x passes 16; a hybrid model's scheduler block is the LCM of its
+    KV-cache groups' block sizes, which only the planned cache knows (the H200 run of vLLM
+    0.26 failed in the coordinator's assertion while the probe said "not needed" there)."""
+    import importlib
+
+    from vllm.platforms import current_platform
+
+    from spec_compat.gates import Need
+    from spec_compat.patches import scheduler_block_size
+
+    monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: cpu)
+    verdict = scheduler_block_size.probe(importlib.import_module(stock_module(STOCK_SCHEDULER)))
+    assert verdict.need is Need.NEEDED, verdict
+    assert "stock block_size=16" in verdict.reason

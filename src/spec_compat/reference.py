@@ -7,12 +7,10 @@ Each runs in its own process, as a user's script does.  `extract` runs speculato
 aux hidden states for the same layers (vLLM's id k is the state entering layer k, so
 speculators' id + 1; one past the last layer is the state before the final norm: where a
 release records aux states only before each layer, it is taken from the last layer's
-output, `hidden_states + residual`), each prompt alone.  Both run in float32, so that a
-comparison can be sharp: the stock code passes dtype="auto", which is forced to float32 in
-this process only.  The patch selection is the environment's (SPEC_COMPAT_ONLY /
-SPEC_COMPAT_EXCLUDE, as `spec-compat run`).
-SPEC: {"model", "prompts", "layers", "max_model_len", "tensor_parallel_size",
-"calls": [[prompt indices]...], "attention_backend": str|null, "out"}.
+output, `hidden_states + residual`), each prompt alone.  Both run in float32 (`dtype`).  The
+patch selection is the environment's (SPEC_COMPAT_ONLY / SPEC_COMPAT_EXCLUDE).
+SPEC: {"model", "prompts", "layers", "max_model_len", "tensor_parallel_size", "calls":
+[[prompt indices]...], "attention_backend", "dtype", "model_options", "out"}.
 With PREFLIGHT (`{"architectures"}`) the child first writes beside SPEC what only the
 installed vLLM can say (`*.route.json`: the capture's route, the platform), then waits for
 SPEC to appear: a rehearsal imports vLLM once, in the process that runs the engine.
@@ -84,11 +82,6 @@ def decoder_layers(lm: Any) -> Any:
     raise LookupError(f"{type(lm).__name__}: no list of {count} decoder layers")
 
 
-def relative_error(got: Any, want: Any) -> float:
-    """max |got - want| / max |want|."""
-    return float((got.float() - want.float()).abs().max() / want.float().abs().max())
-
-
 def _apply_selection() -> None:
     """`spec_compat.apply()` with the selection the real run will use (`spec-compat run`
     reads the same variables)."""
@@ -105,13 +98,10 @@ def float32_engine(
     attention_backend: str | None = None,
     dtype: str = "float32",
 ) -> None:
-    """The stock generator's engine in float32, in this process only: the stock code passes
-    dtype="auto", which vLLM runs in bf16 even for a float32 checkpoint, and a sharp
-    comparison needs float32.  `model_options` go to its ModelConfig too; an attention
-    backend is pinned where given (vLLM's AMX MLA, picked on CPUs with AMX, is bf16 only).
-    `dtype` replaces float32 where vLLM's kernels refuse it (a rehearsal against vLLM's own
-    states in the same dtype).  The engine's settings are decided in the driver, so workers
-    follow."""
+    """The stock generator's engine in float32 (the stock dtype="auto" runs a float32
+    checkpoint in bf16), in this process only; `model_options` go to its ModelConfig too, an
+    attention backend is pinned where given (vLLM's AMX MLA is bf16 only), and `dtype`
+    replaces float32 where vLLM's kernels refuse it.  Workers follow the driver's config."""
     stock_model_config = generator_module.ModelConfig
     stock_vllm_config = generator_module.VllmConfig
     forced = {"dtype": dtype} | (model_options or {})
@@ -249,8 +239,9 @@ def _entering_norm(layer_output: Any) -> Any:
 
 
 def preflight(architectures: list[str]) -> dict[str, Any]:
-    """What only the installed vLLM can say before a model is built: the capture's route
-    for the architecture and whether this is a CPU build without MLA attention."""
+    """What only the installed vLLM can say before a model is built: the capture's route,
+    whether this is a CPU build with MLA attention, and whether a wrapper can be served as
+    a language model."""
     import importlib.util
     from dataclasses import asdict
 
@@ -259,14 +250,12 @@ def preflight(architectures: list[str]) -> dict[str, Any]:
 
     from .capture import route
 
-    cpu = current_platform.is_cpu()
-    mla = importlib.util.find_spec("vllm.v1.attention.backends.mla.cpu_mla") is not None
-    text_only = "language_model_only" in getattr(ModelConfig, "__dataclass_fields__", {})
     return {
         "route": asdict(route(architectures)),
-        "cpu": cpu,
-        "cpu_mla_backend": mla,
-        "language_model_only": text_only,
+        "cpu": current_platform.is_cpu(),
+        "cpu_mla_backend": importlib.util.find_spec("vllm.v1.attention.backends.mla.cpu_mla")
+        is not None,
+        "language_model_only": "language_model_only" in ModelConfig.__dataclass_fields__,
     }
 
 

@@ -148,6 +148,11 @@ class Child:
             self.proc.wait()
 
 
+def relative_error(got: Any, want: Any) -> float:
+    """max |got - want| / max |want|."""
+    return float((got.float() - want.float()).abs().max() / want.float().abs().max())
+
+
 def worst_error(
     results: list[dict[str, Any]],
     prompts: list[list[int]],
@@ -160,7 +165,6 @@ def worst_error(
     prompt's tokens differ by more than `tolerance`).  Raises `Stop` when the results are not
     the prompts' (their number, order, layer count or shapes); `layers` names the layers in
     messages (default: their positions)."""
-    from .reference import relative_error
 
     if len(results) != len(prompts):
         raise Stop(UNTRUSTED, f"{len(results)} results for {len(prompts)} prompts")

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from spec_compat import rehearsal
-from spec_compat.reference import oracle, relative_error
+from spec_compat.reference import oracle
 from spec_compat.registry import ENV_PATCHES, UnsupportedDrift
+from spec_compat.rehearsal import relative_error
 
 __all__ = ["oracle", "relative_error"]  # the tests' reference, shared with `rehearse`
 

@@ -174,7 +174,6 @@ def eagle3_architectures() -> list[Candidate]:
         supports_eagle3,
         supports_multimodal,
     )
-    from vllm.model_executor.models.interfaces_base import is_pooling_model
 
     from spec_compat.capture import route
 
@@ -208,7 +207,7 @@ def eagle3_architectures() -> list[Candidate]:
             word in arch for word in ("Eagle", "Draft", "DSpark", "MTP", "Assistant")
         ):
             blocker = "a draft model itself, not a verifier"
-        elif is_pooling_model(cls) or arch.endswith("Model") or "Classification" in arch:
+        elif getattr(cls, "is_pooling_model", False) or arch.endswith(("Model", "Classification")):
             blocker = "a pooling model (no LM head): nothing for the extractor to generate"
         elif not hasattr(transformers, arch):
             blocker = f"transformers {transformers.__version__} has no class {arch}"
