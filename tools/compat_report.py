@@ -3,7 +3,8 @@
     python tools/compat_report.py results/    # -> docs/compatibility.md, docs/models.md,
                                               #    supported_versions.json
     python tools/compat_report.py --sweep DIR # architecture sweep records
-                                              #    -> docs/architectures.json, docs/models.md
+                                              #    -> docs/architectures.json, docs/models.md,
+                                              #    src/spec_compat/proofs.json (doctor --model)
 
 Both outputs are generated from real runs (tests/e2e, SPEC_COMPAT_RESULTS_DIR); never edit
 them by hand.  A later run of the same pair replaces the earlier one; pairs not re-run keep
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 from packaging.version import Version
@@ -231,6 +233,15 @@ def render_gpu_runs() -> list[str]:
     return out
 
 
+def write_proofs(records: list[dict]) -> None:
+    """What doctor --model reads (spec_compat.proofs), from the sweep's records."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from spec_compat import proofs
+
+    table = proofs.table_from_records(records)
+    proofs.PROOFS.write_text(json.dumps(table, indent=0, sort_keys=True) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, nargs="?", help="folder of per-pair JSON results")
@@ -242,6 +253,7 @@ def main() -> None:
             key=lambda o: (Version(o["vllm"]), o["line"], o["architecture"]),
         )
         SWEEP_JSON.write_text(json.dumps(merged, indent=1) + "\n")
+        write_proofs(merged)
     if args.results is None:  # re-render docs/models.md from the committed records
         records = {key(r): r for r in json.loads(JSON_OUT.read_text())["results"]}
         MODELS_OUT.write_text(render_models(records))

@@ -121,14 +121,24 @@ def setter_refusal(cls: type) -> str | None:
 
 
 def model_route(path: str) -> dict[str, Any]:
-    """What the capture does for the model at `path`, from its config.json alone (doctor
-    --model)."""
+    """What the capture does for the model at `path`, from its config.json alone, and what
+    the architecture sweep measured for its class here (doctor --model): a measured failure
+    refuses it."""
+    from .gates import speculators_version, vllm_version
+    from .proofs import proof
+
     config = read_config(path)
     found = route(config.get("architectures") or [])
-    return {"path": path, "layers": text_layers(config)} | {
+    report = {"path": path, "layers": text_layers(config)} | {
         key: getattr(found, key)
         for key in ("architecture", "vllm_class", "served", "reason", "hybrid")
     }
+    measured = proof(found.architecture, str(vllm_version()), str(speculators_version()))
+    report["proof"] = measured.state
+    report["proof_detail"] = measured.detail
+    if found.served and measured.state == "failed":
+        report["served"], report["reason"] = False, measured.detail
+    return report
 
 
 def read_config(path: str | Path) -> dict[str, Any]:

@@ -10,9 +10,10 @@ architecture (vLLM's class must implement `SupportsEagle3`), before any weights 
 
 Exit codes: 0 supported; 1 unsupported drift (a patch met an unknown shape, or a call does
 not bind and no applied patch repairs it; with --no-patches: any call that does not bind;
-with --model: an architecture the capture cannot serve); 2 environment problem (vllm or
-speculators missing, a speculators line spec_compat does not know, the stock modules do not
-import, or no config.json at --model).
+with --model: an architecture the capture cannot serve, or one the sweep saw fail here);
+2 environment problem (vllm or speculators missing, a speculators line spec_compat does not
+know, the stock modules do not import, no config.json at --model); 3 with --model: no exact
+run of the architecture recorded for this vLLM (`spec_compat.proofs`): rehearse it.
 
 JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched" |
 "no-patches"), "versions" {name: version|null}, "platform", "patches" [{"name", "side",
@@ -20,7 +21,8 @@ JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched"
 (innermost first), "touch_points" [{"module", "line", "call", "name", "target", "keywords",
 "n_positional", "present", "binds", "error", "signature", "covered_by"}], "unsupported"
 [patch-shaped records], "problems" [str], "model" (null, or {"path", "architecture",
-"vllm_class", "layers", "served", "reason", "hybrid"}), "startup_hook" {"installed" (path|null),
+"vllm_class", "layers", "served", "reason", "hybrid", "proof" (proven | failed | unproven),
+"proof_detail"}), "startup_hook" {"installed" (path|null),
 "active", "error", "switched_off"}, "exit_code", "seconds"}.
 
 The start-up hook (`spec_compat.startup`) is what carries the patches into spawned vLLM
@@ -47,7 +49,7 @@ from .names import GENERATOR, WORKER
 from .patch import ImportPatch, Result, State, UnsupportedDrift
 from .stacks import described, rendered
 
-EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT = 0, 1, 2
+EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT, EXIT_UNPROVEN = 0, 1, 2, 3
 #: The stock extractor lines spec_compat knows (0.5+ dropped this extractor upstream).
 KNOWN_SPECULATORS = ">=0.3,<0.5"
 PACKAGES = {
@@ -81,6 +83,8 @@ class Report:
             return EXIT_DRIFT
         if self.model is not None and not self.model["served"]:
             return EXIT_DRIFT
+        if self.model is not None and self.model["proof"] != "proven":
+            return EXIT_UNPROVEN
         return EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
@@ -153,9 +157,8 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         report.unsupported = refused
         report.seconds = time.perf_counter() - started
         return report
-    # what a run imports, so every patch it selects is decided here (and nothing else: a
-    # patch that is not selected, as replica_dataset_range outside a replicas run, may
-    # target a module with dependencies this environment need not have)
+    # what a run imports, so every patch it selects is decided here, and nothing else (an
+    # unselected patch's module may need what this environment lacks: replica_dataset_range)
     selected = REGISTRY.select(**chosen)
     targets = dict.fromkeys([GENERATOR, WORKER, *(p.module for p in selected)])
     refused = False
@@ -169,9 +172,9 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
                 report.problems.append(f"import {name} failed: {type(exc).__name__}: {exc}")
     report.platform = _vllm_platform()
     if model is not None:
-        try:
-            from .capture import model_route
+        from .capture import model_route
 
+        try:
             report.model = model_route(model)
         except (OSError, ValueError) as exc:
             report.problems.append(f"--model {model}: {exc}")
@@ -255,6 +258,7 @@ def render(report: Report) -> str:
             f"model {m['path']}: {m['architecture']} ({m['layers']} layers) -> "
             f"{m['vllm_class'] or 'no vLLM class'}",
             f"  capture: {verdict}: {m['reason']}",
+            f"  proof: {m['proof']}: {m['proof_detail']}",
         ]
     for r in report.unsupported:
         lines.append(f"UNSUPPORTED: {r.name}: {r.target}: {r.reason}")
@@ -264,6 +268,7 @@ def render(report: Report) -> str:
         EXIT_OK: "OK: the stock extractor is supported here with spec_compat.apply()",
         EXIT_DRIFT: "UNSUPPORTED DRIFT: see the entries marked unsupported above",
         EXIT_ENVIRONMENT: "ENVIRONMENT PROBLEM: see above",
+        EXIT_UNPROVEN: "NOT PROVEN for this model here: rehearse it first (spec_compat rehearse)",
     }[report.exit_code]
     if report.mode == "no-patches" and report.exit_code == EXIT_DRIFT:
         verdict = "DRIFT without patches (expected on newer vLLM): see 'repaired by'"

@@ -195,6 +195,25 @@ def test_architecture_matches_transformers_in_the_callers_order(swept, architect
     assert outcome.state in ("exact", "exact vs vLLM"), f"{architecture}: {outcome}"
 
 
+def test_doctor_model_says_what_the_sweep_measured(swept, line):
+    """doctor --model's verdict on each class (spec_compat.proofs, shipped) is this run's
+    outcome: proven where exact, refused where the extraction failed, unproven where the
+    sweep could not run it.  A change in outcome fails here until the table is regenerated
+    (tools/compat_report.py --sweep), so doctor never says OK for a class that fails."""
+    from spec_compat.gates import vllm_version
+    from spec_compat.proofs import proof
+
+    expected = {"exact": "proven", "exact vs vLLM": "proven", "error": "failed",
+                "mismatch": "failed", "not run": "unproven"}  # fmt: skip
+    disagree = {
+        arch: (o.state, measured)
+        for arch, o in swept.items()
+        if arch != AUTO_KEY
+        and (measured := proof(arch, str(vllm_version()), line).state) != expected[o.state]
+    }
+    assert not disagree, disagree
+
+
 def test_stock_auto_selection_gives_every_requested_state_in_order(swept):
     if AUTO_KEY not in swept:
         pytest.skip(f"{AUTO} is not built here")

@@ -1,0 +1,40 @@
+"""doctor --model's proof table (spec_compat.proofs): generated from the sweep's records,
+and read as proven / failed / unproven per vLLM release and speculators line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spec_compat import proofs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RECORDS = [
+    {"architecture": "A", "vllm": "0.16.0+cpu", "line": "0.4.0.1", "state": "exact", "reason": ""},
+    {"architecture": "A", "vllm": "0.16.0+cpu", "line": "0.3.0", "state": "error",
+     "reason": "AssertionError: groups"},
+    {"architecture": "B", "vllm": "0.32.0", "line": "0.3.0", "state": "not run",
+     "reason": "transformers has no class B"},
+    {"architecture": "C", "vllm": "0.32.0", "line": "0.3.0", "state": "exact vs vLLM",
+     "reason": "hybrid"},
+]  # fmt: skip
+
+
+def test_each_record_reads_as_proven_failed_or_unproven(monkeypatch):
+    monkeypatch.setattr(proofs, "_table", lambda: proofs.table_from_records(RECORDS))
+    assert proofs.proof("A", "0.16.0", "0.4.0").state == "proven"  # 0.4.0 reads 0.4.0.1's
+    failed = proofs.proof("A", "0.16.0+cpu", "0.3.0")
+    assert failed.state == "failed" and "AssertionError: groups" in failed.detail
+    assert proofs.proof("C", "0.32.0", "0.3.0").state == "proven"  # bitwise vLLM's own
+    unproven = proofs.proof("B", "0.32.0", "0.3.0")
+    assert unproven.state == "unproven" and "no class B" in unproven.detail
+    assert proofs.proof("A", "0.20.0", "0.3.0").state == "unproven"  # no record of 0.20
+    assert proofs.proof("A", "0.16.0", "0.5.0").state == "unproven"  # no such line
+
+
+def test_the_shipped_table_is_the_sweeps_records():
+    records = json.loads((ROOT / "docs" / "architectures.json").read_text())
+    assert json.loads(proofs.PROOFS.read_text()) == proofs.table_from_records(records), (
+        "src/spec_compat/proofs.json is stale: python tools/compat_report.py --sweep DIR"
+    )
