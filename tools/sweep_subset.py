@@ -1,7 +1,9 @@
 """Run some of the architecture sweep's models in one extractor process, in the given order,
 and print each one's outcome as `test_architectures` judges it.
 
-    python tools/sweep_subset.py SPECULATORS_DIR Arch1,Arch2 [--exclude p1,p2]
+    python tools/sweep_subset.py SPECULATORS_DIR Arch1,Arch2 [--exclude p1,p2] [--kind K]
+
+K is one of `sweep.KINDS` (plain, hybrid, mla, wrapper): the engine settings of that kind.
 
 For bisecting a sweep failure without the full sweep: the same prompts, layer ids and
 one-process sequence of generators; models are built under /tmp/sweep-subset and reused.
@@ -25,6 +27,7 @@ def main() -> None:
     parser.add_argument("speculators_dir", type=Path)
     parser.add_argument("architectures")
     parser.add_argument("--exclude", default="")
+    parser.add_argument("--kind", default="plain", choices=sorted(sweep.KINDS))
     args = parser.parse_args()
     archs = args.architectures.split(",")
     exclude = [name for name in args.exclude.split(",") if name] or None
@@ -34,18 +37,27 @@ def main() -> None:
         built.append(
             directory if (directory / "config.json").exists() else sweep.build(arch, directory)
         )
+    options, backend, alone = sweep.KINDS[args.kind]
     run = run_stock(
         args.speculators_dir,
         built[0],
         PROMPTS,
         sweep.SWEEP_LAYER_IDS,
+        calls=[[i] for i in range(len(PROMPTS))] if alone else None,
         exclude=exclude,
-        extra={"models": [str(p) for p in built]},
+        extra={
+            "models": [str(p) for p in built],
+            "model_options": options,
+            "attention_backend": backend,
+        },
         timeout=3600,
     )
     assert run.data is not None, run.tail
     for arch, model in zip(archs, built, strict=True):  # judged as test_architectures does
-        print(judge(arch, "?", "?", model, run.data["sweep"].get(str(model))), flush=True)
+        got = run.data["sweep"].get(str(model))
+        if alone and isinstance(got, list):
+            got = [[result for call in got for result in call]]
+        print(judge(arch, "?", "?", model, got, kind=args.kind), flush=True)
 
 
 if __name__ == "__main__":
