@@ -38,8 +38,10 @@ def run() -> None:
     if not names or os.environ.get(ENV_SWITCH) == "0":
         return
     try:
-        from . import REGISTRY, apply
+        from . import REGISTRY, apply, seeded_weights
 
+        if os.environ.get(seeded_weights.ENV) == "1":  # a rehearsal with no checkpoint
+            seeded_weights.register_when_imported()
         known = set(REGISTRY.patches)
         apply(only=[n for n in names if n in known], strict=os.environ.get(ENV_STRICT) != "0")
         ACTIVE = True
