@@ -32,11 +32,12 @@ def main() -> None:
     archs = args.architectures.split(",")
     exclude = [name for name in args.exclude.split(",") if name] or None
     built = []
+    carriers = {c.architecture: c.carrier for c in sweep.eagle3_architectures()}
     for arch in archs:
         directory = Path("/tmp/sweep-subset") / arch
-        built.append(
-            directory if (directory / "config.json").exists() else sweep.build(arch, directory)
-        )
+        if not (directory / "config.json").exists():
+            sweep.build(arch, directory, carrier=carriers.get(arch))
+        built.append(directory)
     options, backend, alone = sweep.KINDS[args.kind]
     run = run_stock(
         args.speculators_dir,
@@ -49,6 +50,7 @@ def main() -> None:
             "models": [str(p) for p in built],
             "model_options": options,
             "attention_backend": backend,
+            "seeded_weights": args.kind == "seeded",
         },
         timeout=3600,
     )

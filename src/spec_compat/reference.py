@@ -151,18 +151,18 @@ def _native(spec: dict[str, Any]) -> Any:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the model in this process
     import torch
     from vllm import LLM, SamplingParams
+    from vllm.platforms import current_platform
 
     from .patches.worker_eagle3_capture import find_decoder
+    from .seeded_weights import native_options
 
-    options = {}
+    options = native_options(spec)
     if backend := spec.get("attention_backend"):
         from vllm.config import AttentionConfig
 
         options["attention_config"] = AttentionConfig(backend=backend)
     if n := spec.get("max_num_batched_tokens"):
         options["max_num_batched_tokens"] = n
-    from vllm.platforms import current_platform
-
     if not current_platform.is_cpu():  # beside the extractor's engine on the same GPU
         options |= {"gpu_memory_utilization": 0.05, "kv_cache_memory_bytes": 1 << 30}
     llm = LLM(

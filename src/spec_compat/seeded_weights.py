@@ -81,3 +81,11 @@ def use(generator_module: Any) -> None:
         return stock(*args, **(kwargs | {"load_format": LOAD_FORMAT}))
 
     generator_module.LoadConfig = load_config
+
+
+def native_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's own engine (`reference.py native`) on the same weights, where SPEC asks."""
+    if not spec.get("seeded_weights"):
+        return {}
+    register_when_imported()
+    return {"load_format": LOAD_FORMAT}

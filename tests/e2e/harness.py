@@ -197,6 +197,7 @@ def native_reference(
     max_model_len: int = 512,
     attention_backend: str | None = None,
     model_options: dict | None = None,
+    seeded_weights: bool = False,
 ) -> list[list[Any]]:
     """vLLM's own aux hidden states for `layers` (speculators' ids), per prompt (run_native.py)."""
     import torch
@@ -213,6 +214,7 @@ def native_reference(
                     "max_model_len": max_model_len,
                     "attention_backend": attention_backend,
                     "model_options": model_options or {},
+                    "seeded_weights": seeded_weights,
                     "out": str(out),
                 }
             )

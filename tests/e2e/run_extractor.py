@@ -217,6 +217,10 @@ def main() -> None:
     # test-only, in this process: float32 for the oracle; AMX MLA (picked when the CPU has
     # AMX) runs bf16 only, so MLA models are pinned to vLLM's float32-capable CPU_MLA
     float32_engine(gen, spec.get("model_options"), spec.get("attention_backend"))
+    if spec.get("seeded_weights"):  # no checkpoint: weights from each tensor's name
+        from spec_compat import seeded_weights
+
+        seeded_weights.use(gen)
     if spec.get("kv_blocks"):
         small_kv_cache(gen, spec["kv_blocks"])
 

@@ -133,10 +133,15 @@ class Candidate:
     blocker: str | None  # why it is not run here, if it is not
     hybrid: bool = False  # vLLM's IsHybrid: attention beside Mamba / linear-attention state
     mla: bool = False
+    #: no class in transformers: the transformers class in vLLM's class's MRO whose config
+    #: it reads; the model is that config alone, on seeded weights (spec_compat.seeded_weights)
+    carrier: str | None = None
 
     @property
     def kind(self) -> str:
         """How it runs: one extractor process per kind (their engine settings differ)."""
+        if self.carrier:
+            return "seeded"
         if self.hybrid:
             return "hybrid"
         if self.mla:
@@ -155,6 +160,8 @@ KINDS = {
     "mla": ({}, "CPU_MLA", True),
     # text prompts only (what the stock extractor sends): vLLM builds no tower or processor
     "wrapper": ({"language_model_only": True}, None, False),
+    # no checkpoint: weights from each tensor's name, in both engines alike
+    "seeded": ({}, None, True),
 }
 
 
@@ -209,27 +216,60 @@ def eagle3_architectures() -> list[Candidate]:
             blocker = "a draft model itself, not a verifier"
         elif getattr(cls, "is_pooling_model", False) or arch.endswith(("Model", "Classification")):
             blocker = "a pooling model (no LM head): nothing for the extractor to generate"
-        elif not hasattr(transformers, arch):
+        elif not hasattr(transformers, arch) and not (carrier := carrier_of(cls)):
             blocker = f"transformers {transformers.__version__} has no class {arch}"
         elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
+        seeded = None if blocker or hasattr(transformers, arch) else carrier
         found.append(
-            Candidate(arch, module, multimodal, blocker, is_hybrid(cls), arch.startswith(MLA))
+            Candidate(
+                arch, module, multimodal, blocker, is_hybrid(cls), arch.startswith(MLA), seeded
+            )
         )
     return found
 
 
-def build(arch: str, directory: Path, seed: int = 0) -> Path:
-    """A tiny random model of transformers' class `arch` (raises if transformers cannot):
-    its config's defaults with SHRINK on the decoder's config (a wrapper's `text_config`)
-    and the towers shrunk by `miniature.shrink_towers`."""
+def carrier_of(cls: type) -> str | None:
+    """The first class in `cls`'s MRO (vLLM's class hierarchy) that transformers has: its
+    config is what vLLM's class reads (TeleChat2 -> Llama, MiMo -> Qwen2, ...)."""
     import transformers
 
-    from spec_compat import miniature
+    for parent in cls.__mro__[1:]:
+        found = getattr(transformers, parent.__name__, None)
+        if getattr(found, "config_class", None) is not None:
+            return parent.__name__
+    return None
+
+
+def build(arch: str, directory: Path, seed: int = 0, carrier: str | None = None) -> Path:
+    """A tiny random model of transformers' class `arch` (raises if transformers cannot):
+    its config's defaults with SHRINK on the decoder's config (a wrapper's `text_config`)
+    and the towers shrunk by `miniature.shrink_towers`.  With `carrier` (a transformers
+    class whose config vLLM's class for `arch` reads): that config and the tokenizer only,
+    for seeded weights."""
+    import transformers
 
     if arch in BUILDERS:
         return BUILDERS[arch](directory, layers=LAYERS, seed=seed)
-    cls = getattr(transformers, arch)
+    cls = getattr(transformers, carrier or arch)
+    config = shrunk_config(cls, arch)
+    config.architectures = [arch]
+    tiny_models._start(directory, seed)
+    if carrier is None:
+        return tiny_models._save(cls(config), directory, _float32_parts)
+    config.save_pretrained(directory)
+    path = directory / "config.json"
+    data = json.loads(path.read_text())
+    data["torch_dtype"] = "float32"
+    _float32_parts(data)
+    path.write_text(json.dumps(data, indent=2))
+    return directory
+
+
+def shrunk_config(cls: type, arch: str):
+    """`cls`'s config class with SHRINK applied to the keys its decoder's config has."""
+    from spec_compat import miniature
+
     defaults = cls.config_class()
     composite = defaults.get_text_config() is not defaults
     known = defaults.get_text_config().to_dict()
@@ -242,16 +282,13 @@ def build(arch: str, directory: Path, seed: int = 0) -> Path:
         if known.get(k) not in (None, False, 0) or (k == "head_dim" and k in known)
     }
     kwargs |= {k: v for k, v in MLA_SIZES.items() if known.get(k)}
-    if composite:  # the wrapper's vocabulary stays: its special token ids lie in it
-        kwargs.pop("vocab_size", None)
-        text = {"model_type": known["model_type"]} if known.get("model_type") else {}
-        config = cls.config_class(text_config=text | kwargs, **OVERRIDES.get(arch, {}))
-        miniature.shrink_towers(config)
-    else:
-        config = cls.config_class(**(kwargs | OVERRIDES.get(arch, {})))
-    config.architectures = [arch]
-    tiny_models._start(directory, seed)
-    return tiny_models._save(cls(config), directory, _float32_parts)
+    if not composite:
+        return cls.config_class(**(kwargs | OVERRIDES.get(arch, {})))
+    kwargs.pop("vocab_size", None)  # the wrapper's vocabulary stays: its special ids lie in it
+    text = {"model_type": known["model_type"]} if known.get("model_type") else {}
+    config = cls.config_class(text_config=text | kwargs, **OVERRIDES.get(arch, {}))
+    miniature.shrink_towers(config)
+    return config
 
 
 def _float32_parts(data: dict) -> None:

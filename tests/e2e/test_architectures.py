@@ -64,7 +64,9 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
             )
             continue
         try:
-            built[c.architecture] = sweep.build(c.architecture, root / c.architecture)
+            built[c.architecture] = sweep.build(
+                c.architecture, root / c.architecture, carrier=c.carrier
+            )
         except Exception as exc:
             outcomes[c.architecture] = sweep.Outcome(
                 c.architecture,
@@ -91,6 +93,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
                 + (auto_selection(built) if plain else []),
                 "model_options": options,
                 "attention_backend": backend,
+                "seeded_weights": kind == "seeded",
             },
             timeout=60 * 60,
         )
@@ -147,6 +150,8 @@ def auto_selection(built: dict[str, Path]) -> list:
 NATIVE_ONLY = {
     "hybrid": "hybrid: bf16 (vLLM's CPU state kernels), against vLLM's own aux states",
     "mla": "MLA: vLLM's CPU MLA kernels, against vLLM's own aux states",
+    "seeded": "no transformers class: vLLM's class on seeded weights (its config read from "
+    "a transformers parent class's), against vLLM's own aux states",
 }
 
 
@@ -173,8 +178,9 @@ def judge(
     options, backend, _ = sweep.KINDS[kind]
     try:
         native = native_reference(
-            model, PROMPTS, layers, attention_backend=backend, model_options=options
-        )
+            model, PROMPTS, layers, attention_backend=backend, model_options=options,
+            seeded_weights=kind == "seeded",
+        )  # fmt: skip
     except AssertionError as exc:
         reason = f"{why}; no vLLM reference: {str(exc)[-200:]}"
         return sweep.Outcome(arch, module, line, "mismatch", error=error, reason=reason)
