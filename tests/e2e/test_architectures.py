@@ -160,9 +160,25 @@ def judge(
     kind: str = "plain",
 ) -> sweep.Outcome:  # fmt: skip
     """Exact against transformers float32, else (vLLM's own computation may differ: a CPU
-    kernel, a fallback activation) bitwise vLLM's own aux states in the same settings."""
+    kernel, a fallback activation) bitwise vLLM's own aux states in the same settings.  An
+    extraction error counts only where vLLM's own engine runs the same model: where it
+    fails too, the model is not runnable here (vLLM's error says why), whatever the stock
+    extractor does."""
+    options, backend, _ = sweep.KINDS[kind]
+
+    def reference():
+        return native_reference(
+            model, PROMPTS, layers, attention_backend=backend, model_options=options,
+            seeded_weights=kind == "seeded",
+        )  # fmt: skip
+
     if got is None or isinstance(got, dict):
         reason = (got or {}).get("error", "the sweep process stopped before this model")
+        try:
+            reference()
+        except AssertionError as exc:
+            why = f"vLLM's own engine fails on it here too: {str(exc).splitlines()[-1][:250]}"
+            return sweep.Outcome(arch, module, line, "not run", reason=why)
         return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
     if kind in NATIVE_ONLY:
         error, why = None, NATIVE_ONLY[kind]
@@ -175,12 +191,8 @@ def judge(
             if error <= TOLERANCE:
                 return sweep.Outcome(arch, module, line, "exact", error=error)
             why = f"vLLM's own forward differs from transformers by {error:.1e}"
-    options, backend, _ = sweep.KINDS[kind]
     try:
-        native = native_reference(
-            model, PROMPTS, layers, attention_backend=backend, model_options=options,
-            seeded_weights=kind == "seeded",
-        )  # fmt: skip
+        native = reference()
     except AssertionError as exc:
         reason = f"{why}; no vLLM reference: {str(exc)[-200:]}"
         return sweep.Outcome(arch, module, line, "mismatch", error=error, reason=reason)
