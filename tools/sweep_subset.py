@@ -3,7 +3,8 @@ and print each one's outcome as `test_architectures` judges it.
 
     python tools/sweep_subset.py SPECULATORS_DIR Arch1,Arch2 [--exclude p1,p2] [--kind K]
 
-K is one of `sweep.KINDS` (plain, hybrid, mla, wrapper): the engine settings of that kind.
+K is one of `sweep.KINDS` (plain, hybrid, mla, seeded), with "+wrapper" for a multimodal
+wrapper: the engine settings of that kind (`sweep.settings`).
 
 For bisecting a sweep failure without the full sweep: the same prompts, layer ids and
 one-process sequence of generators; models are built under /tmp/sweep-subset and reused.
@@ -27,7 +28,7 @@ def main() -> None:
     parser.add_argument("speculators_dir", type=Path)
     parser.add_argument("architectures")
     parser.add_argument("--exclude", default="")
-    parser.add_argument("--kind", default="plain", choices=sorted(sweep.KINDS))
+    parser.add_argument("--kind", default="plain", help="a KINDS name, +wrapper for wrappers")
     args = parser.parse_args()
     archs = args.architectures.split(",")
     exclude = [name for name in args.exclude.split(",") if name] or None
@@ -38,7 +39,7 @@ def main() -> None:
         if not (directory / "config.json").exists():
             sweep.build(arch, directory, carrier=carriers.get(arch))
         built.append(directory)
-    options, backend, alone = sweep.KINDS[args.kind]
+    options, backend, alone = sweep.settings(args.kind)
     run = run_stock(
         args.speculators_dir,
         built[0],
@@ -50,7 +51,7 @@ def main() -> None:
             "models": [str(p) for p in built],
             "model_options": options,
             "attention_backend": backend,
-            "seeded_weights": args.kind == "seeded",
+            "seeded_weights": args.kind.startswith("seeded"),
         },
         timeout=3600,
     )

@@ -139,16 +139,19 @@ class Candidate:
 
     @property
     def kind(self) -> str:
-        """How it runs: one extractor process per kind (their engine settings differ)."""
-        if self.carrier:
-            return "seeded"
-        if self.hybrid:
-            return "hybrid"
-        if self.mla:
-            return "mla"
-        if self.multimodal and self.architecture not in BUILDERS:
-            return "wrapper"  # text prompts through the wrapper, towers left unbuilt
-        return "plain"
+        """How it runs (one extractor process per kind: their engine settings differ): a
+        KINDS name, with "+wrapper" for a multimodal wrapper served through its text path."""
+        base = (
+            "seeded"
+            if self.carrier
+            else "hybrid"
+            if self.hybrid
+            else "mla"
+            if self.mla
+            else "plain"
+        )
+        wrapper = self.multimodal and self.architecture not in BUILDERS
+        return f"{base}+wrapper" if wrapper else base
 
 
 #: the engine settings of each kind (ModelConfig options, the attention backend) and
@@ -158,11 +161,17 @@ KINDS = {
     # vLLM's CPU Gated DeltaNet kernel runs bf16 only
     "hybrid": ({"dtype": "bfloat16"}, None, True),
     "mla": ({}, "CPU_MLA", True),
-    # text prompts only (what the stock extractor sends): vLLM builds no tower or processor
-    "wrapper": ({"language_model_only": True}, None, False),
     # no checkpoint: weights from each tensor's name, in both engines alike
     "seeded": ({}, None, True),
 }
+
+
+def settings(kind: str) -> tuple[dict, str | None, bool]:
+    """KINDS' settings of `kind`; a wrapper gets text prompts only (what the stock extractor
+    sends): vLLM then builds no tower and no processor (`language_model_only`)."""
+    base, _, wrapper = kind.partition("+")
+    options, backend, alone = KINDS[base]
+    return options | ({"language_model_only": True} if wrapper else {}), backend, alone
 
 
 def drafts() -> set[str]:

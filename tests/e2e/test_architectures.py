@@ -77,10 +77,9 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
             )
     kind_of = {c.architecture: c for c in CANDIDATES}
     results: dict = {}
-    for kind, (options, backend, alone) in sweep.KINDS.items():
+    for kind in sorted({kind_of[a].kind for a in built}):
+        options, backend, alone = sweep.settings(kind)
         models = {a: p for a, p in built.items() if kind_of[a].kind == kind}
-        if not models:
-            continue
         plain = kind == "plain"
         run = run_stock(
             speculators_dir,
@@ -93,7 +92,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
                 + (auto_selection(built) if plain else []),
                 "model_options": options,
                 "attention_backend": backend,
-                "seeded_weights": kind == "seeded",
+                "seeded_weights": kind.startswith("seeded"),
             },
             timeout=60 * 60,
         )
@@ -164,12 +163,12 @@ def judge(
     extraction error counts only where vLLM's own engine runs the same model: where it
     fails too, the model is not runnable here (vLLM's error says why), whatever the stock
     extractor does."""
-    options, backend, _ = sweep.KINDS[kind]
+    options, backend, _ = sweep.settings(kind)
 
     def reference():
         return native_reference(
             model, PROMPTS, layers, attention_backend=backend, model_options=options,
-            seeded_weights=kind == "seeded",
+            seeded_weights=kind.startswith("seeded"),
         )  # fmt: skip
 
     if got is None or isinstance(got, dict):
@@ -180,8 +179,8 @@ def judge(
             why = f"vLLM's own engine fails on it here too: {str(exc).splitlines()[-1][:250]}"
             return sweep.Outcome(arch, module, line, "not run", reason=why)
         return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
-    if kind in NATIVE_ONLY:
-        error, why = None, NATIVE_ONLY[kind]
+    if (base := kind.partition("+")[0]) in NATIVE_ONLY:
+        error, why = None, NATIVE_ONLY[base]
     else:
         try:
             error = compare(got[0], PROMPTS, oracle(model, PROMPTS, layers))
