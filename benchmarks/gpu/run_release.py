@@ -6,10 +6,13 @@ unpacked the kit of stage_vllm.sh:
    script), against transformers float32: max relative error per layer (pass <= 1e-5) in
    float32, and in bf16 (the stock dtype) next to transformers' own bf16-vs-float32 noise;
 2. `benchmarks/gpu/run_h200.py` roles B-shm and N on the harness model (random 0.85 B
-   Llama, bf16, 256 prompts): B against vLLM's native extraction, bitwise.
+   Llama, bf16, 256 prompts): B against vLLM's native extraction, bitwise;
+3. "hybrid" (`hybrid_rehearsals.py`): `spec_compat rehearse` on every IsHybrid and
+   SupportsEagle3 class of the installed vLLM, each line, against vLLM's own aux states.
 
-Writes $OUT/release.json as it goes.  STEPS ("tiny,harness": both), DTYPES and LINES select;
-a warm machine's next call can run the step the last one left out (the kit stays unpacked).
+Writes $OUT/release.json as it goes.  STEPS ("tiny,harness" by default; "hybrid"), DTYPES
+and LINES select; a warm machine's next call can run a step the last one left out (the kit
+stays unpacked).
 """
 
 from __future__ import annotations
@@ -99,6 +102,10 @@ def main() -> None:
         tiny(summary)
     if "harness" in steps:
         harness(summary)
+    if "hybrid" in steps:
+        import hybrid_rehearsals
+
+        hybrid_rehearsals.run(summary, KIT, ROOT, save)
     print(json.dumps(summary, indent=2, default=str), flush=True)
 
 

@@ -29,7 +29,7 @@ NICE=(nice -n 10)
 PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux2014_x86_64
-      --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64
+      --platform manylinux_2_24_x86_64 --platform manylinux_2_25_x86_64 --platform manylinux_2_31_x86_64
       --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64
       --platform manylinux1_x86_64 --platform any)
 # GPU kernel libraries that a dense Llama in eager mode never imports (vLLM guards them), and
