@@ -176,7 +176,8 @@ def judge(
         try:
             reference()
         except AssertionError as exc:
-            why = f"vLLM's own engine fails on it here too: {str(exc).splitlines()[-1][:250]}"
+            last = str(exc).splitlines()[-1][:250]
+            why = f"vLLM's own aux-state run fails on it here too: {last}"
             return sweep.Outcome(arch, module, line, "not run", reason=why)
         return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
     if (base := kind.partition("+")[0]) in NATIVE_ONLY:
