@@ -121,8 +121,9 @@ def not_runnable(arch: str) -> str | None:
 #: they are compared with vLLM's own aux states (†), each prompt alone, with vLLM's
 #: float32-capable CPU_MLA backend (its AMX MLA, picked on CPUs with AMX, is bf16 only)
 MLA = ("Deepseek", "GlmMoeDsa", "SarvamMLA", "MistralLarge3", "KimiK25", "MiniCPM3")
-#: vLLM's CPU MLA kernel exists for these sizes only
-MLA_SIZES = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}
+#: vLLM's CPU MLA kernel exists for these sizes only; its CPU router always groups experts
+#: (one group is plain top-k, and a tiny model has fewer experts than the released groups)
+MLA_SIZES = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1}
 
 
 @dataclass(frozen=True)
