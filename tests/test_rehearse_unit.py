@@ -103,11 +103,15 @@ def composite_configs() -> list:
     found = []
     for model_type in sorted(CONFIG_MAPPING.keys()):
         cls = CONFIG_MAPPING[model_type]
-        if getattr(cls, "sub_configs", None) and "text_config" in cls.sub_configs:
-            try:
-                found.append(cls())
-            except Exception:  # a class that needs arguments: no default
-                continue
+        declared = getattr(cls, "sub_configs", None)  # a property in transformers 4.57
+        if isinstance(declared, dict) and "text_config" not in declared:
+            continue
+        try:
+            config = cls()
+        except Exception:  # a class that needs arguments: no default
+            continue
+        if "text_config" in (getattr(config, "sub_configs", None) or {}):
+            found.append(config)
     return found
 
 
@@ -122,8 +126,9 @@ def test_every_tower_shrinks_and_the_decoder_stays_as_configured():
         for name, part in miniature._parts(config):
             if part is text:
                 continue
-            for key in miniature.TOWER_HEAD_KEYS:
-                if miniature._int(part, key):
+            sized = any(miniature._int(part, key) for key in miniature.TOWER_WIDTH_KEYS)
+            for key in miniature.TOWER_HEAD_KEYS:  # heads shrink where the width is known
+                if sized and miniature._int(part, key):
                     assert getattr(part, key) == miniature.TOWER_HEADS, (type(config), name)
             for key in miniature.TOWER_OUT_KEYS:
                 if miniature._int(part, key):
@@ -142,6 +147,10 @@ def test_a_wrapper_copy_keeps_tower_depth_and_feature_layers():
 
 
 def test_layer_pattern_strings_follow_the_depth():
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if "nemotron_h" not in CONFIG_MAPPING:
+        pytest.skip(f"transformers {transformers.__version__} has no Nemotron-H")
     raw = {"model_type": "nemotron_h", "hybrid_override_pattern": "M-M*-M-M*"}
     config, _ = miniature.shrink(raw)
     assert config.hybrid_override_pattern == "M-M*"

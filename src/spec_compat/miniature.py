@@ -179,7 +179,7 @@ def shrink_towers(config: Any) -> list[str]:
 def _parts(config: Any, prefix: str = "") -> list[tuple[str, Any]]:
     """Every sub-config of `config`, depth first, with its dotted name."""
     found = []
-    for name in getattr(type(config), "sub_configs", {}) or {}:
+    for name in getattr(config, "sub_configs", None) or {}:  # a property in transformers 4
         part = getattr(config, name, None)
         if part is not None and hasattr(part, "to_dict"):
             found.append((prefix + name, part))
