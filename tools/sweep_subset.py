@@ -57,9 +57,7 @@ def main() -> None:
     )
     assert run.data is not None, run.tail
     for arch, model in zip(archs, built, strict=True):  # judged as test_architectures does
-        got = run.data["sweep"].get(str(model))
-        if alone and isinstance(got, list):
-            got = [[result for call in got for result in call]]
+        got = sweep.as_one_call(run.data["sweep"].get(str(model)), alone)
         print(judge(arch, "?", "?", model, got, kind=args.kind), flush=True)
 
 

@@ -175,6 +175,13 @@ def settings(kind: str) -> tuple[dict, str | None, bool]:
     return options | ({"language_model_only": True} if wrapper else {}), backend, alone
 
 
+def as_one_call(got, alone: bool):
+    """A model's results as `judge` takes them: calls of one prompt each joined into one."""
+    if alone and isinstance(got, list):
+        return [[result for call in got for result in call]]
+    return got
+
+
 def drafts() -> set[str]:
     """The registry's own list of speculative-decoding (draft) models."""
     from vllm.model_executor.models import registry

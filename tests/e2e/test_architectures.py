@@ -102,8 +102,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
             got = results.get(str(model))
             if isinstance(got, dict):  # the worker's own error says more than the driver's
                 got = {"error": worker_error(run.log, model) or got["error"]}
-            elif got is not None and alone:  # one call per prompt
-                got = [[result for call in got for result in call]]
+            got = sweep.as_one_call(got, alone)
             c = kind_of[arch]
             outcomes[arch] = judge(arch, c.vllm_module, line, model, got, kind=kind)
     if AUTO in built:
