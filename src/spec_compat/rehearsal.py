@@ -149,8 +149,10 @@ class Child:
 
 
 def relative_error(got: Any, want: Any) -> float:
-    """max |got - want| / max |want|."""
-    return float((got.float() - want.float()).abs().max() / want.float().abs().max())
+    """max |got - want| / max |want|, on the CPU (the stock extractor may hand back CUDA
+    tensors, the reference comes back on the CPU)."""
+    got, want = got.float().cpu(), want.float().cpu()
+    return float((got - want).abs().max() / want.abs().max())
 
 
 def worst_error(

@@ -82,9 +82,6 @@ NOT_RUNNABLE = {
     "Gemma4ForCausalLM": "the stock extractor plans one uniform KV-cache group, and Gemma 4's "
     "sliding and full layers have different head sizes (AssertionError: All attention layers "
     "in the same KV cache group must have the same attention spec)",
-    "LlavaForConditionalGeneration": "vLLM 0.32's Llava loader does not know transformers "
-    "5's checkpoint names for the CLIP tower (no parameter 'vision_tower.embeddings'); the "
-    "Llava family test covers the wrapper where they agree",
 }
 #: the same, for some vLLM releases only (version specifier -> reason)
 NOT_RUNNABLE_ON = {
@@ -210,15 +207,7 @@ def eagle3_architectures() -> list[Candidate]:
             found.append(Candidate(arch, "?", False, f"vLLM class does not import: {exc}"))
             continue
         if cls is None:
-            found.append(
-                Candidate(
-                    arch,
-                    "?",
-                    False,
-                    "vLLM's class does not import here (a missing "
-                    "optional dependency, e.g. torchvision for vision towers)",
-                )
-            )
+            found.append(Candidate(arch, "?", False, f"vLLM's class does not import: {why(arch)}"))
             continue
         if not supports_eagle3(cls):
             continue
@@ -246,12 +235,28 @@ def eagle3_architectures() -> list[Candidate]:
     return found
 
 
+def why(arch: str) -> str:
+    """The error that keeps vLLM's class for `arch` from importing (the registry logs it
+    and returns None)."""
+    import importlib
+
+    from vllm.model_executor.models import ModelRegistry
+
+    try:
+        importlib.import_module(ModelRegistry.models[arch].module_name)
+    except Exception as exc:  # reported, with its cause
+        return f"{type(exc).__name__}: {exc}"[:240]
+    return "unknown (its module imports)"
+
+
 def carrier_of(cls: type) -> str | None:
     """The first class in `cls`'s MRO (vLLM's class hierarchy) that transformers has: its
-    config is what vLLM's class reads (TeleChat2 -> Llama, MiMo -> Qwen2, ...)."""
+    config is what vLLM's class reads (TeleChat2 -> Llama, MiMo -> Qwen2, ...).  The class
+    itself counts: vLLM serves some names with another family's class (InternLM3, IQuestCoder
+    -> its LlamaForCausalLM)."""
     import transformers
 
-    for parent in cls.__mro__[1:]:
+    for parent in cls.__mro__:
         found = getattr(transformers, parent.__name__, None)
         if getattr(found, "config_class", None) is not None:
             return parent.__name__
@@ -343,7 +348,7 @@ def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
     records = {r["architecture"]: r for r in kept}
     for o in outcomes:  # a class that cannot import here keeps the vision environment's
         elsewhere = records.get(o.architecture, {}).get("state", "not run") != "not run"
-        if not (elsewhere and "does not import here" in o.reason):
+        if not (elsewhere and "does not import" in o.reason):
             records[o.architecture] = asdict(o)
     path.write_text(json.dumps(list(records.values()), indent=1))
     return path

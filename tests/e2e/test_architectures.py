@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ CANDIDATES = candidates()
 @pytest.fixture(scope="module")
 def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
     """Build every runnable candidate, run them all in one extractor process, compare."""
-    root = tmp_path_factory.mktemp(f"sweep-{line}")
+    models = models_root(tmp_path_factory)
     outcomes: dict[str, sweep.Outcome] = {}
     built: dict[str, Path] = {}
     for c in CANDIDATES:
@@ -64,9 +65,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
             )
             continue
         try:
-            built[c.architecture] = sweep.build(
-                c.architecture, root / c.architecture, carrier=c.carrier
-            )
+            built[c.architecture] = built_once(c, models)
         except Exception as exc:
             outcomes[c.architecture] = sweep.Outcome(
                 c.architecture,
@@ -117,6 +116,34 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
     if record := os.environ.get("SPEC_COMPAT_SWEEP_RECORD"):
         sweep.write_record(Path(record), line, list(outcomes.values()))
     return outcomes
+
+
+def models_root(tmp_path_factory) -> Path:
+    """Where the models are built: shared by the lines' xdist workers (their base
+    directories' parent is this session's), so that each is built once."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "sweep-models"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def built_once(c: sweep.Candidate, root: Path) -> Path:
+    """`c`'s model, built by whichever line's worker comes first, one build at a time: two
+    workers building every model side by side ran a 24 GiB machine out of memory."""
+    import gc
+
+    from filelock import FileLock
+
+    directory, done = root / c.architecture, root / f"{c.architecture}.built"
+    with FileLock(str(root / "build.lock")):
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)  # a build that raised before
+            try:
+                sweep.build(c.architecture, directory, carrier=c.carrier)
+            finally:
+                gc.collect()
+            done.touch()
+    return directory
 
 
 def worker_error(log: str, model: Path) -> str | None:
