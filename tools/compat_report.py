@@ -5,6 +5,8 @@
     python tools/compat_report.py --sweep DIR # architecture sweep records
                                               #    -> docs/architectures.json, docs/models.md,
                                               #    src/spec_compat/proofs.json (doctor --model)
+    python tools/compat_report.py --sweep DIR --complete   # DIR holds whole sweeps: each
+                                              #    replaces every row of its (vLLM, line)
 
 Both outputs are generated from real runs (tests/e2e, SPEC_COMPAT_RESULTS_DIR); never edit
 them by hand.  A later run of the same pair replaces the earlier one; pairs not re-run keep
@@ -17,6 +19,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from packaging.version import Version
@@ -102,17 +105,24 @@ def render_models(records: dict[Key, dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def load_sweep(directory: Path | None = None) -> dict[Key, dict]:
+def load_sweep(directory: Path | None = None, complete: bool = False) -> dict[Key, dict]:
     """Sweep outcomes by (vLLM, speculators line, architecture): the committed ones, then
-    those in `directory` (tests/e2e/test_architectures.py, SPEC_COMPAT_SWEEP_RECORD)."""
+    those in `directory` (tests/e2e/test_architectures.py, SPEC_COMPAT_SWEEP_RECORD).  With
+    `complete`, a record is a whole sweep: the committed rows of its (vLLM, line) go (classes
+    that a release's sweep no longer lists, e.g. one that now imports and is no EAGLE-3)."""
     merged = {}
     if SWEEP_JSON.exists():
         for o in json.loads(SWEEP_JSON.read_text()):
             merged[(o["vllm"], o["line"], o["architecture"])] = o
     for path in sorted(directory.glob("*.json")) if directory else []:
         named = re.search(r"vllm-(.+?)-speculators", path.name)
-        for o in json.loads(path.read_text()):
+        records = json.loads(path.read_text())
+        for o in records:
             o["vllm"] = o.get("vllm") or (named.group(1) if named else "?")
+        if complete and records:
+            pair = (records[0]["vllm"], records[0]["line"])
+            merged = {k: o for k, o in merged.items() if k[:2] != pair}
+        for o in records:
             k = (o["vllm"], o["line"], o["architecture"])
             # a class that does not import here (no torchvision) keeps the result measured
             # where it does (the vision environment); any other "not run" replaces it
@@ -130,6 +140,27 @@ def _sweep_cell(o: dict | None) -> str:
     if o["state"] == "exact vs vLLM":  # vLLM's own forward is the reference
         return f"exact ({o['error']:.1e})†"
     return o["state"]
+
+
+DRAFT, POOLING = "drafts", "pooling models"
+
+
+def verdict(cells: list[dict | None]) -> str:
+    """One class's outcome over every line, for the counts above its table."""
+    if not all(cells):
+        return "not run on every line"
+    states = {c["state"] for c in cells}
+    reason = cells[0].get("reason", "")
+    if reason.startswith("a draft model"):
+        return DRAFT
+    if reason.startswith("a pooling model"):
+        return POOLING
+    if states <= {"exact", "exact vs vLLM"}:
+        return "exact"
+    for state in ("mismatch", "error"):
+        if state in states:
+            return state
+    return "not run"
 
 
 def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
@@ -151,17 +182,18 @@ def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
     for version in sorted({v for v, _, _ in outcomes}, key=Version):
         lines = sorted({s for v, s, _ in outcomes if v == version})
         archs = sorted({a for v, _, a in outcomes if v == version})
-        exact = [
-            a
-            for a in archs
-            if all(
-                (outcomes.get((version, s, a)) or {}).get("state") in ("exact", "exact vs vLLM")
-                for s in lines
-            )
-        ]
+        verdicts = {a: verdict([outcomes.get((version, s, a)) for s in lines]) for a in archs}
+        counts = Counter(verdicts.values())
+        verifiers = len(archs) - counts[DRAFT] - counts[POOLING]
+        share = f" ({100 * counts['exact'] / verifiers:.0f} %)" if verifiers else ""
         out += [
             "",
-            f"### vLLM {version}: {len(exact)} of {len(archs)} exact on every line",
+            f"### vLLM {version}: {counts['exact']} of {verifiers} verifier classes exact on "
+            f"every line{share}",
+            "",
+            f"{len(archs)} classes: "
+            + ", ".join(f"{n} {what}" for what, n in sorted(counts.items(), key=lambda x: -x[1]))
+            + ".",
             "",
             "| architecture | vLLM module | "
             + " | ".join(f"speculators {s}" for s in lines)
@@ -246,10 +278,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, nargs="?", help="folder of per-pair JSON results")
     parser.add_argument("--sweep", type=Path, help="folder of architecture sweep records")
+    parser.add_argument(
+        "--complete", action="store_true", help="the sweep records are whole sweeps"
+    )
     args = parser.parse_args()
     if args.sweep:
         merged = sorted(
-            load_sweep(args.sweep).values(),
+            load_sweep(args.sweep, args.complete).values(),
             key=lambda o: (Version(o["vllm"]), o["line"], o["architecture"]),
         )
         SWEEP_JSON.write_text(json.dumps(merged, indent=1) + "\n")

@@ -3,8 +3,9 @@ and print each one's outcome as `test_architectures` judges it.
 
     python tools/sweep_subset.py SPECULATORS_DIR Arch1,Arch2 [--exclude p1,p2] [--kind K]
 
-K is one of `sweep.KINDS` (plain, hybrid, mla, seeded), with "+wrapper" for a multimodal
-wrapper: the engine settings of that kind (`sweep.settings`).
+K is one of `sweep.KINDS` (plain, hybrid, mla), with "+seeded" for a class transformers
+lacks and "+wrapper" for a multimodal wrapper: the engine settings of that kind
+(`sweep.settings`).
 
 For bisecting a sweep failure without the full sweep: the same prompts, layer ids and
 one-process sequence of generators; models are built under /tmp/sweep-subset and reused.
@@ -28,7 +29,7 @@ def main() -> None:
     parser.add_argument("speculators_dir", type=Path)
     parser.add_argument("architectures")
     parser.add_argument("--exclude", default="")
-    parser.add_argument("--kind", default="plain", help="a KINDS name, +wrapper for wrappers")
+    parser.add_argument("--kind", default="plain", help="a KINDS name, +seeded, +wrapper")
     args = parser.parse_args()
     archs = args.architectures.split(",")
     exclude = [name for name in args.exclude.split(",") if name] or None
@@ -51,14 +52,15 @@ def main() -> None:
             "models": [str(p) for p in built],
             "model_options": options,
             "attention_backend": backend,
-            "seeded_weights": args.kind.startswith("seeded"),
+            "seeded_weights": sweep.seeded(args.kind),
         },
         timeout=3600,
     )
     assert run.data is not None, run.tail
     for arch, model in zip(archs, built, strict=True):  # judged as test_architectures does
         got = sweep.as_one_call(run.data["sweep"].get(str(model)), alone)
-        print(judge(arch, "?", "?", model, got, kind=args.kind), flush=True)
+        outcome = judge(arch, "?", "?", model, got, kind=args.kind, source=carriers.get(arch))
+        print(outcome, flush=True)
 
 
 if __name__ == "__main__":

@@ -175,7 +175,10 @@ def _native(spec: dict[str, Any]) -> Any:
         **({"dtype": spec.get("dtype", "float32")} | options | spec.get("model_options", {})),
     )
     native_ids = tuple(k + 1 for k in spec["layers"])
-    ascending = sorted(set(native_ids))  # aux states come in ascending id order
+    # asked for in ascending order, once each: vLLM's own decoders return aux states in layer
+    # order, its transformers backend in the order asked (the caller's order came back
+    # permuted there, a false mismatch)
+    ascending = tuple(sorted(set(native_ids)))
 
     def install(model):
         """Aux states as vLLM's EAGLE-3 path asks for them: on the decoder where it holds
@@ -183,10 +186,10 @@ def _native(spec: dict[str, Any]) -> Any:
         (vLLM's transformers backend records them in the model's forward)."""
         decoder = find_decoder(model)
         if decoder is not None and hasattr(decoder, "aux_hidden_state_layers"):
-            decoder.aux_hidden_state_layers = native_ids
+            decoder.aux_hidden_state_layers = ascending
             target = decoder
         else:
-            model.set_aux_hidden_state_layers(native_ids)
+            model.set_aux_hidden_state_layers(ascending)
             target = model
         forward = target.forward
         model._reference_steps = []

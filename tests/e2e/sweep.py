@@ -44,14 +44,25 @@ SHRINK = {
     "tie_word_embeddings": False,
 }
 
+#: Nemotron-H as its dense releases are (Mamba-2, attention and MLP layers): transformers'
+#: default config adds experts, and vLLM's CPU MoE cannot run them (is_act_and_mul=False is
+#: CUDA/XPU/ROCm only); that variant is proven on the H200 (docs/gpu_runs.json)
+NEMOTRON_H_DENSE = {
+    "layers_block_type": ["mamba", "attention", "mlp", "mamba"],
+    "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2,
+}  # fmt: skip
+
 #: per-family tweaks on top of SHRINK.
 OVERRIDES: dict[str, dict] = {
+    "NemotronHForCausalLM": NEMOTRON_H_DENSE,
+    "NemotronHPuzzleForCausalLM": NEMOTRON_H_DENSE,
     "GPTBigCodeForCausalLM": {"multi_query": True},
     "GptOssForCausalLM": {"sliding_window": 64},
     # vLLM reads the released checkpoints' router keys, which transformers' config lacks;
     # transformers' router is exactly this (sigmoid scores, renormalised top-k)
     "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True},
     "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
+    "Llama4ForConditionalGeneration": {"num_experts_per_tok": 1},
 }
 
 #: Architectures whose tiny model needs more than a shrunk config (nested vision and text
@@ -72,16 +83,10 @@ NOT_RUNNABLE = {
     "MiniMaxM2Config lacks",
     "KimiLinearForCausalLM": "vLLM's linear-attention kernels need Triton (CPU: "
     "'_lib_fn_wrapper' object has no attribute 'get')",
-    "NemotronHForCausalLM": "vLLM CPU: is_act_and_mul=False is supported only for CUDA, XPU "
-    "and ROCm (the experts of transformers' default config; Nemotron-H without experts is "
-    "proven in test_hybrid_models)",
     "LagunaForCausalLM": "vLLM's own LLM fails on the CPU (AssertionError in its forward)",
     "GPTBigCodeForCausalLM": "vLLM 0.32's transformers backend mis-sizes GPTBigCode's "
     "multi-query KV heads: its own LLM fails with a shape error, and its forward is 0.89 "
     "off transformers (vLLM's computation, not the capture)",
-    "Gemma4ForCausalLM": "the stock extractor plans one uniform KV-cache group, and Gemma 4's "
-    "sliding and full layers have different head sizes (AssertionError: All attention layers "
-    "in the same KV cache group must have the same attention spec)",
 }
 #: the same, for some vLLM releases only (version specifier -> reason)
 NOT_RUNNABLE_ON = {
@@ -114,10 +119,6 @@ def not_runnable(arch: str) -> str | None:
     return NOT_RUNNABLE.get(arch)
 
 
-#: Families whose attention is MLA: vLLM's CPU MLA kernels differ from transformers, so
-#: they are compared with vLLM's own aux states (†), each prompt alone, with vLLM's
-#: float32-capable CPU_MLA backend (its AMX MLA, picked on CPUs with AMX, is bf16 only)
-MLA = ("Deepseek", "GlmMoeDsa", "SarvamMLA", "MistralLarge3", "KimiK25", "MiniCPM3")
 #: vLLM's CPU MLA kernel exists for these sizes only; its CPU router always groups experts
 #: (one group is plain top-k, and a tiny model has fewer experts than the released groups)
 MLA_SIZES = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1}
@@ -131,25 +132,19 @@ class Candidate:
     blocker: str | None  # why it is not run here, if it is not
     hybrid: bool = False  # vLLM's IsHybrid: attention beside Mamba / linear-attention state
     mla: bool = False
-    #: no class in transformers: the transformers class in vLLM's class's MRO whose config
-    #: it reads; the model is that config alone, on seeded weights (spec_compat.seeded_weights)
+    #: no class in transformers: where its config comes from (`config_source`); the model is
+    #: that config alone, on seeded weights (spec_compat.seeded_weights)
     carrier: str | None = None
 
     @property
     def kind(self) -> str:
         """How it runs (one extractor process per kind: their engine settings differ): a
-        KINDS name, with "+wrapper" for a multimodal wrapper served through its text path."""
-        base = (
-            "seeded"
-            if self.carrier
-            else "hybrid"
-            if self.hybrid
-            else "mla"
-            if self.mla
-            else "plain"
-        )
+        KINDS name, with "+seeded" for a class transformers lacks and "+wrapper" for a
+        multimodal wrapper served through its text path."""
+        base = "hybrid" if self.hybrid else "mla" if self.mla else "plain"
         wrapper = self.multimodal and self.architecture not in BUILDERS
-        return f"{base}+wrapper" if wrapper else base
+        seeded = self.carrier not in (None, STAND_IN)
+        return "+".join([base] + ["seeded"] * seeded + ["wrapper"] * wrapper)
 
 
 #: the engine settings of each kind (ModelConfig options, the attention backend) and
@@ -159,17 +154,23 @@ KINDS = {
     # vLLM's CPU Gated DeltaNet kernel runs bf16 only
     "hybrid": ({"dtype": "bfloat16"}, None, True),
     "mla": ({}, "CPU_MLA", True),
-    # no checkpoint: weights from each tensor's name, in both engines alike
-    "seeded": ({}, None, True),
 }
 
 
 def settings(kind: str) -> tuple[dict, str | None, bool]:
-    """KINDS' settings of `kind`; a wrapper gets text prompts only (what the stock extractor
-    sends): vLLM then builds no tower and no processor (`language_model_only`)."""
-    base, _, wrapper = kind.partition("+")
+    """KINDS' settings of `kind`; a seeded model (no checkpoint: weights from each tensor's
+    name, in both engines alike) runs each prompt alone against vLLM's own aux states; a
+    wrapper gets text prompts only (what the stock extractor sends): vLLM then builds no
+    tower and no processor (`language_model_only`)."""
+    base, *modifiers = kind.split("+")
     options, backend, alone = KINDS[base]
-    return options | ({"language_model_only": True} if wrapper else {}), backend, alone
+    if "wrapper" in modifiers:
+        options = options | {"language_model_only": True}
+    return options, backend, alone or seeded(kind)
+
+
+def seeded(kind: str) -> bool:
+    return "seeded" in kind.split("+")
 
 
 def as_one_call(got, alone: bool):
@@ -186,6 +187,19 @@ def drafts() -> set[str]:
     return set(getattr(registry, "_SPECULATIVE_DECODING_MODELS", {}))
 
 
+def poolers() -> set[str]:
+    """The registry's own lists of pooling models (embedding, scoring, classification)."""
+    from vllm.model_executor.models import registry
+
+    tables = ("EMBEDDING", "LATE_INTERACTION", "REWARD", "TOKEN_CLASSIFICATION",
+              "SEQUENCE_CLASSIFICATION")  # fmt: skip
+    return {arch for name in tables for arch in getattr(registry, f"_{name}_MODELS", {})}
+
+
+DRAFT = "a draft model itself, not a verifier"
+POOLING = "a pooling model (no LM head): nothing for the extractor to generate"
+
+
 def eagle3_architectures() -> list[Candidate]:
     """Every architecture of the installed vLLM whose class implements SupportsEagle3."""
     import transformers
@@ -198,7 +212,7 @@ def eagle3_architectures() -> list[Candidate]:
 
     from spec_compat.capture import route
 
-    draft_models = drafts()
+    draft_models, pooling_models = drafts(), poolers()
     found = []
     for arch in sorted(ModelRegistry.get_supported_archs()):
         try:
@@ -206,8 +220,13 @@ def eagle3_architectures() -> list[Candidate]:
         except Exception as exc:  # an optional dependency the class needs
             found.append(Candidate(arch, "?", False, f"vLLM class does not import: {exc}"))
             continue
-        if cls is None:
-            found.append(Candidate(arch, "?", False, f"vLLM's class does not import: {why(arch)}"))
+        if cls is None:  # the registry's own tables still tell drafts and pooling models
+            reason = (
+                DRAFT if arch in draft_models
+                else POOLING if arch in pooling_models
+                else f"vLLM's class does not import: {why(arch)}"
+            )  # fmt: skip
+            found.append(Candidate(arch, "?", False, reason))
             continue
         if not supports_eagle3(cls):
             continue
@@ -219,19 +238,18 @@ def eagle3_architectures() -> list[Candidate]:
         elif arch in draft_models or any(
             word in arch for word in ("Eagle", "Draft", "DSpark", "MTP", "Assistant")
         ):
-            blocker = "a draft model itself, not a verifier"
-        elif getattr(cls, "is_pooling_model", False) or arch.endswith(("Model", "Classification")):
-            blocker = "a pooling model (no LM head): nothing for the extractor to generate"
-        elif not hasattr(transformers, arch) and not (carrier := carrier_of(cls)):
-            blocker = f"transformers {transformers.__version__} has no class {arch}"
+            blocker = DRAFT
+        elif (
+            getattr(cls, "is_pooling_model", False)
+            or arch in pooling_models
+            or arch.endswith(("Model", "Classification"))
+        ):
+            blocker = POOLING
         elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
-        seeded = None if blocker or hasattr(transformers, arch) else carrier
-        found.append(
-            Candidate(
-                arch, module, multimodal, blocker, is_hybrid(cls), arch.startswith(MLA), seeded
-            )
-        )
+        seeded = None if blocker or hasattr(transformers, arch) else config_source(cls)
+        mla = not blocker and uses_mla(config_class(seeded or arch))
+        found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls), mla, seeded))
     return found
 
 
@@ -263,22 +281,88 @@ def carrier_of(cls: type) -> str | None:
     return None
 
 
+#: the model that stands in where neither transformers nor vLLM ships the class's config (a
+#: remote-code model): transformers' own, weights and all, under the class's name, so that
+#: transformers is the oracle; vLLM's class reads its config's keys by name, and a key it
+#: needs beyond them fails both engines alike, named in the outcome
+STAND_IN = "LlamaForCausalLM"
+
+
+def config_source(cls: type) -> str:
+    """Where the config of a class transformers lacks comes from: a transformers class in its
+    MRO (`carrier_of`); else the config vLLM ships for it (`vllm:<model_type>`, the longest
+    registered model type that begins its name: kimi_k25 for KimiK25ForConditionalGeneration);
+    else `STAND_IN`."""
+    if carrier := carrier_of(cls):
+        return carrier
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+    stem = _plain(cls.__name__.split("For")[0])
+    shipped = [t for t in _CONFIG_REGISTRY if stem.startswith(_plain(t))]
+    return f"vllm:{max(shipped, key=len)}" if shipped else STAND_IN
+
+
+def uses_mla(config_cls: type) -> bool:
+    """Whether the decoder's attention is MLA (a latent KV rank, as vLLM tells it): vLLM's
+    CPU MLA kernels differ from transformers, so such a model is compared with vLLM's own
+    aux states (†), each prompt alone, on vLLM's float32-capable CPU_MLA backend (its AMX
+    MLA, picked on CPUs with AMX, is bf16 only)."""
+    return bool(getattr(config_cls().get_text_config(), "kv_lora_rank", None))
+
+
+def describe(source: str | None) -> str:
+    """`config_source`'s answer in words."""
+    if source is None:
+        return "transformers' own"
+    if source.startswith("vllm:"):
+        return f"the {source.removeprefix('vllm:')} config vLLM ships"
+    if source == STAND_IN:
+        return f"transformers' {STAND_IN} standing in for the remote-code model"
+    return f"transformers' {source} config, a class in vLLM's class's MRO"
+
+
+def _plain(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def config_class(source: str) -> type:
+    """The config class of a transformers class name or of `vllm:<model_type>`."""
+    if source.startswith("vllm:"):
+        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+
+        return _CONFIG_REGISTRY[source.removeprefix("vllm:")]
+    import transformers
+
+    return getattr(transformers, source).config_class
+
+
 def build(arch: str, directory: Path, seed: int = 0, carrier: str | None = None) -> Path:
     """A tiny random model of transformers' class `arch` (raises if transformers cannot):
     its config's defaults with SHRINK on the decoder's config (a wrapper's `text_config`)
-    and the towers shrunk by `miniature.shrink_towers`.  With `carrier` (a transformers
-    class whose config vLLM's class for `arch` reads): that config and the tokenizer only,
-    for seeded weights."""
+    and the towers shrunk by `miniature.shrink_towers`.  With `carrier` (`config_source`):
+    that config and the tokenizer only, for seeded weights; the `STAND_IN` model, weights
+    and all, under the name `arch`."""
     import transformers
 
     if arch in BUILDERS:
         return BUILDERS[arch](directory, layers=LAYERS, seed=seed)
-    cls = getattr(transformers, carrier or arch)
-    config = shrunk_config(cls, arch)
+    config = shrunk_config(config_class(carrier or arch), arch)
     config.architectures = [arch]
     tiny_models._start(directory, seed)
-    if carrier is None:
-        return tiny_models._save(cls(config), directory, _float32_parts)
+    if carrier in (None, STAND_IN):
+        cls = getattr(transformers, carrier or arch)
+        if (size := parameters(cls, config)) > MAX_PARAMETERS:
+            raise TooLarge(
+                f"not shrunk: {size / 1e6:.0f} M parameters left at transformers' default "
+                "sizes (nested configs the shrink does not reach); not built"
+            )
+        model = cls(config)
+
+        def edit(data: dict) -> None:
+            _float32_parts(data)
+            data["architectures"] = [arch]  # save_pretrained writes the model's class name
+
+        return tiny_models._save(model, directory, edit)
     config.save_pretrained(directory)
     path = directory / "config.json"
     data = json.loads(path.read_text())
@@ -288,11 +372,28 @@ def build(arch: str, directory: Path, seed: int = 0, carrier: str | None = None)
     return directory
 
 
-def shrunk_config(cls: type, arch: str):
-    """`cls`'s config class with SHRINK applied to the keys its decoder's config has."""
+#: a tiny model larger than this is not built: one config part left at full size took a
+#: sweep worker past 22 GiB (Qwen3-Omni's talker and code2wav)
+MAX_PARAMETERS = 10**9
+
+
+class TooLarge(ValueError):
+    """The shrunk model is still too large to build here."""
+
+
+def parameters(cls: type, config) -> int:
+    """How many parameters `cls(config)` has, counted on the meta device (no memory)."""
+    import torch
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in cls(config).parameters())
+
+
+def shrunk_config(config_cls: type, arch: str):
+    """`config_cls` with SHRINK applied to the keys its decoder's config has."""
     from spec_compat import miniature
 
-    defaults = cls.config_class()
+    defaults = config_cls()
     composite = defaults.get_text_config() is not defaults
     known = defaults.get_text_config().to_dict()
     # only what the family has: a MoE size on a dense config would switch experts on in
@@ -304,13 +405,31 @@ def shrunk_config(cls: type, arch: str):
         if known.get(k) not in (None, False, 0) or (k == "head_dim" and k in known)
     }
     kwargs |= {k: v for k, v in MLA_SIZES.items() if known.get(k)}
-    if not composite:
-        return cls.config_class(**(kwargs | OVERRIDES.get(arch, {})))
-    kwargs.pop("vocab_size", None)  # the wrapper's vocabulary stays: its special ids lie in it
+    if composite:
+        kwargs.pop("vocab_size", None)  # the wrapper's vocabulary stays: its special ids too
     text = {"model_type": known["model_type"]} if known.get("model_type") else {}
-    config = cls.config_class(text_config=text | kwargs, **OVERRIDES.get(arch, {}))
-    miniature.shrink_towers(config)
-    return config
+
+    overrides = OVERRIDES.get(arch, {})
+    # a wrapper's overrides of its decoder's keys go to its text config
+    inner = {k: v for k, v in overrides.items() if composite and k in known}
+
+    def make(sizes: dict):
+        if not composite:
+            return config_cls(**(sizes | overrides))
+        outer = {k: v for k, v in overrides.items() if k not in inner}
+        config = config_cls(text_config=text | sizes | inner, **outer)
+        for name, part in getattr(config, "sub_configs", {}).items():
+            if getattr(config, name, False) is None and isinstance(part, type):
+                setattr(config, name, part())  # a tower the defaults leave out (Gemma 4)
+        miniature.shrink_towers(config)
+        return config
+
+    try:
+        return make(kwargs)
+    except Exception as exc:  # a family whose config validates its heads: Glm5Next wants MHA
+        if "num_key_value_heads" not in str(exc) or "num_attention_heads" not in kwargs:
+            raise
+        return make(kwargs | {"num_key_value_heads": kwargs["num_attention_heads"]})
 
 
 def _float32_parts(data: dict) -> None:
