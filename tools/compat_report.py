@@ -175,9 +175,12 @@ def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
         "float32) through the unchanged stock extractor with a plain `spec_compat.apply()`, "
         "`layer_ids=[3, 0, 2]` (states must come back in that order), max relative error "
         "against transformers float32 (exact: <= 1e-5); † where vLLM's own forward differs "
-        "from transformers (the difference is in the reason column), the error against "
-        "vLLM's own aux hidden states (`tests/e2e/run_native.py`), which must be 0.  Not "
-        "run: the reason is given.",
+        "from transformers or has no transformers counterpart (hybrid state kernels in "
+        "bf16, MLA kernels, a class transformers lacks run from its config on seeded "
+        "weights: the reason column says which), the error against vLLM's own aux hidden "
+        "states (`tests/e2e/run_native.py`), which must be 0.  A class with neither a "
+        "transformers class nor a config anywhere runs as transformers' Llama under its "
+        "name.  Not run: the reason is given.",
     ]
     for version in sorted({v for v, _, _ in outcomes}, key=Version):
         lines = sorted({s for v, s, _ in outcomes if v == version})

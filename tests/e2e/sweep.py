@@ -121,7 +121,10 @@ def not_runnable(arch: str) -> str | None:
 
 #: vLLM's CPU MLA kernel exists for these sizes only; its CPU router always groups experts
 #: (one group is plain top-k, and a tiny model has fewer experts than the released groups)
-MLA_SIZES = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1}
+MLA_SIZES = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1,
+             # the other MLA widths as the DeepSeek family test has them (tiny_models)
+             "q_lora_rank": 96, "qk_nope_head_dim": 32, "v_head_dim": 32,
+             "num_experts_per_tok": 2, "n_routed_experts": 4}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ POOLING = "a pooling model (no LM head): nothing for the extractor to generate"
 def eagle3_architectures() -> list[Candidate]:
     """Every architecture of the installed vLLM whose class implements SupportsEagle3."""
     import transformers
-    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models import ModelRegistry, registry
     from vllm.model_executor.models.interfaces import (
         is_hybrid,
         supports_eagle3,
@@ -213,6 +216,9 @@ def eagle3_architectures() -> list[Candidate]:
     from spec_compat.capture import route
 
     draft_models, pooling_models = drafts(), poolers()
+    generative_models = set(getattr(registry, "_TEXT_GENERATION_MODELS", {})) | set(
+        getattr(registry, "_MULTIMODAL_MODELS", {})
+    )
     found = []
     for arch in sorted(ModelRegistry.get_supported_archs()):
         try:
@@ -221,9 +227,9 @@ def eagle3_architectures() -> list[Candidate]:
             found.append(Candidate(arch, "?", False, f"vLLM class does not import: {exc}"))
             continue
         if cls is None:  # the registry's own tables still tell drafts and pooling models
-            reason = (
+            reason = (  # (some generative names are also listed as poolers: adapters)
                 DRAFT if arch in draft_models
-                else POOLING if arch in pooling_models
+                else POOLING if arch in pooling_models - generative_models
                 else f"vLLM's class does not import: {why(arch)}"
             )  # fmt: skip
             found.append(Candidate(arch, "?", False, reason))
@@ -239,17 +245,13 @@ def eagle3_architectures() -> list[Candidate]:
             word in arch for word in ("Eagle", "Draft", "DSpark", "MTP", "Assistant")
         ):
             blocker = DRAFT
-        elif (
-            getattr(cls, "is_pooling_model", False)
-            or arch in pooling_models
-            or arch.endswith(("Model", "Classification"))
-        ):
+        elif getattr(cls, "is_pooling_model", False) or arch.endswith(("Model", "Classification")):
             blocker = POOLING
         elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
-        seeded = None if blocker or hasattr(transformers, arch) else config_source(cls)
-        mla = not blocker and uses_mla(config_class(seeded or arch))
-        found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls), mla, seeded))
+        source = None if blocker or hasattr(transformers, arch) else config_source(cls)
+        mla = not blocker and uses_mla(config_class(source or arch))
+        found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls), mla, source))
     return found
 
 
@@ -404,7 +406,8 @@ def shrunk_config(config_cls: type, arch: str):
         for k, v in SHRINK.items()
         if known.get(k) not in (None, False, 0) or (k == "head_dim" and k in known)
     }
-    kwargs |= {k: v for k, v in MLA_SIZES.items() if known.get(k)}
+    if known.get("kv_lora_rank"):  # every MLA key the config has, unset ones too (topk_group)
+        kwargs |= {k: v for k, v in MLA_SIZES.items() if k in known}
     if composite:
         kwargs.pop("vocab_size", None)  # the wrapper's vocabulary stays: its special ids too
     text = {"model_type": known["model_type"]} if known.get("model_type") else {}

@@ -208,7 +208,9 @@ def judge(
         try:
             reference()
         except AssertionError as exc:
-            last = str(exc).splitlines()[-1][:250]
+            lines = str(exc).splitlines() or [""]
+            errors = [x for x in lines if "Error" in x or "Exception" in x]
+            last = (errors or lines)[-1].strip()[:250]  # not a progress bar printed after it
             why = f"vLLM's own aux-state run fails on it here too: {last}"
             return sweep.Outcome(arch, module, line, "not run", reason=why)
         return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
