@@ -121,10 +121,12 @@ def not_runnable(arch: str) -> str | None:
 
 #: vLLM's CPU MLA kernel exists for these sizes only; its CPU router always groups experts
 #: (one group is plain top-k, and a tiny model has fewer experts than the released groups)
-MLA_SIZES = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1,
-             # the other MLA widths as the DeepSeek family test has them (tiny_models)
-             "q_lora_rank": 96, "qk_nope_head_dim": 32, "v_head_dim": 32,
-             "num_experts_per_tok": 2, "n_routed_experts": 4}  # fmt: skip
+#: (the latent and head widths as the DeepSeek family test has them; the experts as SHRINK)
+MLA_SIZES = {
+    k: tiny_models.DEEPSEEK_TEXT[k]
+    for k in ("kv_lora_rank", "qk_rope_head_dim", "n_group", "topk_group", "q_lora_rank",
+              "qk_nope_head_dim", "v_head_dim")
+} | {k: SHRINK[k] for k in ("num_experts_per_tok", "n_routed_experts")}  # fmt: skip
 
 
 @dataclass(frozen=True)
