@@ -3,6 +3,7 @@ runs are in e2e/test_hybrid_models.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -97,3 +98,30 @@ def test_the_engine_block_size_skips_groups_outside_prefix_caching():
     ring = SimpleNamespace(kv_cache_spec=SimpleNamespace(block_size=16, prefix_cacheable=False))
     assert plan.engine_block_size([cacheable, ring]) == 64
     assert plan.engine_block_size([ring]) == 16
+
+
+def kv_cache_config(spec):
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+
+    return KVCacheConfig(num_blocks=8, kv_cache_tensors=[],
+                         kv_cache_groups=[KVCacheGroupSpec(["layers.0.attn"], spec)])  # fmt: skip
+
+
+def test_the_scheduler_gets_one_representative_spec_for_a_per_layer_group():
+    """Gemma 4: sliding and full attention of different head sizes are one group of
+    per-layer specs, which the workers allocate from and the scheduler cannot manage."""
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    from spec_compat.patches import scheduler_kv_cache_view as view
+
+    wide = dataclasses.replace(attention(), head_size=64)
+    per_layer = UniformTypeKVCacheSpecs(
+        block_size=32, kv_cache_specs={"layers.0.attn": attention(), "layers.1.attn": wide}
+    )
+    workers = kv_cache_config(per_layer)
+    handed = view.wrap(lambda **kwargs: kwargs["kv_cache_config"])(kv_cache_config=workers)
+    assert handed is not workers and workers.kv_cache_groups[0].kv_cache_spec is per_layer
+    assert handed.kv_cache_groups[0].kv_cache_spec == attention()
+
+    plain = kv_cache_config(attention())  # anything else is handed over as the same object
+    assert view.wrap(lambda **kwargs: kwargs["kv_cache_config"])(kv_cache_config=plain) is plain

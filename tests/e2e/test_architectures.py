@@ -27,9 +27,10 @@ from .harness import TOLERANCE, compare, native_reference, oracle, outcome, run_
 
 pytestmark = pytest.mark.e2e
 
-#: the CI subset: vLLM's Mistral (its loop lives in a parent class) and two families
-#: vLLM serves through different code paths (its own Qwen3, the transformers backend)
-CORE = ("MistralForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM")
+#: the CI subset: vLLM's Mistral (its loop lives in a parent class), two families vLLM
+#: serves through different code paths (its own Qwen3, the transformers backend), and Gemma 4
+#: (per-layer KV-cache specs: patch scheduler_kv_cache_view)
+CORE = ("MistralForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM", "Gemma4ForCausalLM")
 #: "all": every candidate (`nox -s sweep`); anything else: the CORE subset
 SWEEP = os.environ.get("SPEC_COMPAT_SWEEP", "core")
 #: the model that also runs with layer_ids=None (the stock auto-selection)

@@ -37,6 +37,7 @@ ORDER = (
     "kv_cache_hybrid_groups",
     "kv_cache_hybrid_plan",
     "scheduler_block_size",
+    "scheduler_kv_cache_view",
     "scheduler_rebuild",
     "request_eos_token_id",
     "request_block_hashes_off",
