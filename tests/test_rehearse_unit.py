@@ -63,6 +63,28 @@ def test_per_layer_lists_follow_the_depth():
     assert config.layer_types == ["full_attention"] * miniature.LAYERS
 
 
+def test_the_copy_keeps_a_layer_of_every_kind_the_model_has():
+    """A kind first seen deep in the model (Nemotron-H's attention after six state and MLP
+    layers) is kept, so the copy plans the KV cache the model needs."""
+    assert miniature.kept_layers([list("M-M-M-M*-M-")], 4) == [0, 1, 2, 7]
+    assert miniature.kept_layers([["full_attention"] * 36], 4) == [0, 1, 2, 3]
+
+
+def test_per_layer_overrides_follow_their_layers():
+    """Gemma 4 (transformers 5): the full-attention layers' own head size is a per-layer
+    override, keyed by layer index; the copy keeps one such layer, with its override."""
+    gemma4 = getattr(transformers, "Gemma4TextConfig", None)
+    if gemma4 is None:
+        pytest.skip(f"transformers {transformers.__version__} has no Gemma 4")
+    raw = gemma4(num_hidden_layers=30).to_dict() | {"architectures": ["Gemma4ForCausalLM"]}
+    assert raw["per_layer_config"]["05"] == {"head_dim": 512}
+    config, _ = miniature.shrink(raw)
+    saved = config.to_dict()
+    assert saved["layer_types"] == ["sliding_attention"] * 3 + ["full_attention"]
+    assert saved["per_layer_config"] == {"3": {"head_dim": 512}}
+    assert "allow_global_per_layer_attribute_access" not in saved
+
+
 def test_layer_ids_keep_their_relative_depth_and_the_last_layer():
     copy = miniature.Miniature(
         rehearse.EXAMPLES, "X", layers=32, mla=False, routed_experts=False, prompt_vocab=10

@@ -112,13 +112,28 @@ def shrink(raw: dict[str, Any], tensor_parallel_size: int = 1) -> tuple[Any, lis
         raw.pop(key, None)
     config = AutoConfig.for_model(**raw)
     text = config.get_text_config()
+    # transformers 5's per-layer overrides (Gemma 4's full-attention head size): the global
+    # values are what the shrink reads and sets; the overrides follow their layers below
+    overrides = {int(k): v for k, v in (text.to_dict().get("per_layer_config") or {}).items()}
+    if overrides:
+        text.allow_global_per_layer_attribute_access = True
     depth = text.num_hidden_layers
     layers = min(depth, LAYERS)
-    for key, value in list(vars(text).items()):  # per-layer lists follow the depth
-        per_layer = isinstance(value, list) or (isinstance(value, str) and "pattern" in key)
-        if per_layer and len(value) == depth and depth != layers:  # "M-M*-" patterns too
-            setattr(text, key, value[:layers])
+    lists = {  # per-layer lists follow the depth ("M-M*-" patterns too)
+        key: value
+        for key, value in vars(text).items()
+        if (isinstance(value, list) or (isinstance(value, str) and "pattern" in key))
+        and len(value) == depth
+    }
+    kept = kept_layers([*lists.values(), [overrides.get(i) for i in range(depth)]], layers)
+    for key, value in lists.items():
+        picked = [value[i] for i in kept]
+        setattr(text, key, "".join(picked) if isinstance(value, str) else picked)
+    if overrides:
+        text.per_layer_config = None
     text.num_hidden_layers = layers
+    if overrides:
+        text.per_layer_config = {n: overrides[i] for n, i in enumerate(kept) if i in overrides}
 
     heads = text.num_attention_heads
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
@@ -142,12 +157,26 @@ def shrink(raw: dict[str, Any], tensor_parallel_size: int = 1) -> tuple[Any, lis
     ):
         if getattr(text, key, None):
             setattr(text, key, size)
+    vars(text).pop("allow_global_per_layer_attribute_access", None)
     notes.append(
-        f"{depth} -> {layers} layers, hidden {text.hidden_size}, {heads}/{kv_heads} -> "
+        f"{depth} -> {layers} layers ({kept}), hidden {text.hidden_size}, {heads}/{kv_heads} -> "
         f"{small_heads}/{small_kv} heads of size {head_dim}; experts, vocabulary and every "
         "other setting as configured"
     )
     return config, notes + shrink_towers(config)
+
+
+def kept_layers(per_layer: list[list[Any]], layers: int) -> list[int]:
+    """Which `layers` of the model's layers the copy keeps: the first layer of every kind
+    (its values in the per-layer lists taken together: attention or state, sliding or full,
+    its own head size), then the earliest others, in the model's order."""
+    depth = len(per_layer[0])
+    firsts: dict[str, int] = {}
+    for i in range(depth):
+        firsts.setdefault(repr([values[i] for values in per_layer]), i)
+    chosen = list(firsts.values())[:layers]
+    others = [i for i in range(depth) if i not in chosen]
+    return sorted(chosen + others[: layers - len(chosen)])
 
 
 def shrink_towers(config: Any) -> list[str]:
