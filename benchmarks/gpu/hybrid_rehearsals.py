@@ -86,9 +86,11 @@ def run(summary: dict, kit: Path, root: Path, save) -> None:
     work = Path(tempfile.mkdtemp(prefix="hybrid-"))
     lines = os.environ.get("LINES", "0.3.0,0.4.0.1").split(",")
     only = [a for a in os.environ.get("HYBRID_ONLY", "").split(",") if a]
+    # classes rehearsed beside the hybrids (Gemma 4: per-layer KV-cache specs)
+    also = [(a, "named in HYBRID_ALSO") for a in os.environ.get("HYBRID_ALSO", "").split(",") if a]
     rows: dict[str, Any] = {}
     summary["hybrid"] = rows
-    for arch, module in candidates():
+    for arch, module in candidates() + also:
         if only and arch not in only:
             continue
         if module.startswith("does not import"):
