@@ -69,8 +69,9 @@ OVERRIDES: dict[str, dict] = {
     },
     # ... the score-correction bias every DeepSeek-V3 router has ...
     "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc"},
-    # ... partial rotary as the legacy key (transformers converts it to its factor) ...
-    "MiniMaxM2ForCausalLM": {"rotary_dim": 16},
+    # ... sigmoid scores and partial rotary as the legacy key (transformers converts it to
+    # its factor) ...
+    "MiniMaxM2ForCausalLM": {"scoring_func": "sigmoid", "rotary_dim": 16},
     # ... and top-k weights renormalised (on the wrapper's decoder config)
     "Qwen3VLMoeForConditionalGeneration": {"text_config": {"norm_topk_prob": True}},
     "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
