@@ -55,3 +55,12 @@ def test_gpu_runs_are_rendered_in_version_order(tmp_path, monkeypatch):
 def test_no_gpu_runs_no_section(tmp_path, monkeypatch):
     monkeypatch.setattr(compat_report, "GPU_RUNS", tmp_path / "missing.json")
     assert compat_report.render_gpu_runs() == []
+
+
+def test_row_reasons_carry_no_machine_paths():
+    site = "/work/main/.venvs/vllm-0.32.0-vision/lib/python3.11/site-packages/"
+    model = "/tmp/pytest-of-root/pytest-13/sweep-models/KimiK3ForConditionalGeneration"
+    reason = f"cannot import name 'x' from 'm' ({site}vllm/v1/fa_utils.py); '{model}'"
+    assert compat_report.portable(reason) == (
+        "cannot import name 'x' from 'm' (vllm/v1/fa_utils.py); 'KimiK3ForConditionalGeneration'"
+    )

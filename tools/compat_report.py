@@ -105,6 +105,16 @@ def render_models(records: dict[Key, dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+#: where a run happened (a site-packages folder, a test's temporary model folder): no part
+#: of a reason a reader can use
+MACHINE_PATHS = re.compile(r"/\S*?/site-packages/|/tmp/pytest-of-[^/\s]+/pytest-\d+/[^/\s]+/")
+
+
+def portable(reason: str) -> str:
+    """A row's reason without this machine's paths (`vllm/...` stays)."""
+    return MACHINE_PATHS.sub("", reason)
+
+
 def load_sweep(directory: Path | None = None, complete: bool = False) -> dict[Key, dict]:
     """Sweep outcomes by (vLLM, speculators line, architecture): the committed ones, then
     those in `directory` (tests/e2e/test_architectures.py, SPEC_COMPAT_SWEEP_RECORD).  With
@@ -206,7 +216,7 @@ def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
         for a in archs:
             cells = [outcomes.get((version, s, a)) for s in lines]
             first = next(c for c in cells if c)
-            reasons = sorted({c["reason"] for c in cells if c and c.get("reason")})
+            reasons = sorted({portable(c["reason"]) for c in cells if c and c.get("reason")})
             out.append(
                 f"| {a} | {first['vllm_module']} | "
                 + " | ".join(_sweep_cell(c) for c in cells)
