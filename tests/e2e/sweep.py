@@ -260,8 +260,8 @@ def eagle3_architectures() -> list[Candidate]:
             blocker = POOLING
         elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
-        source = None if blocker or hasattr(transformers, arch) else config_source(cls)
-        mla = not blocker and uses_mla(config_class(source or arch))
+        source = None if blocker or hasattr(transformers, arch) else config_source(arch, cls)
+        mla = not blocker and uses_mla(defaults(config_class(source or arch), arch))
         found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls), mla, source))
     return found
 
@@ -300,14 +300,24 @@ def carrier_of(cls: type) -> str | None:
 #: needs beyond them fails both engines alike, named in the outcome
 STAND_IN = "LlamaForCausalLM"
 
+#: the stand-in's config plus `RELEASED_KEYS[arch]`, on seeded weights: transformers has no
+#: module that reads those keys, so vLLM's own aux states are the reference (†)
+RELEASED = "released"
 
-def config_source(cls: type) -> str:
+#: keys of a remote-code model's released config.json that vLLM's class reads beyond the
+#: stand-in's config (LlamaConfig), at released values; SHRINK then sizes the ones it knows
+RELEASED_KEYS: dict[str, dict] = {}
+
+
+def config_source(arch: str, cls: type) -> str:
     """Where the config of a class transformers lacks comes from: a transformers class in its
     MRO (`carrier_of`); else the config vLLM ships for it (`vllm:<model_type>`, the longest
     registered model type that begins its name: kimi_k25 for KimiK25ForConditionalGeneration);
-    else `STAND_IN`."""
+    else `RELEASED` where the released config's keys are known; else `STAND_IN`."""
     if carrier := carrier_of(cls):
         return carrier
+    if arch in RELEASED_KEYS:
+        return RELEASED
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
     stem = _plain(cls.__name__.split("For")[0])
@@ -315,12 +325,17 @@ def config_source(cls: type) -> str:
     return f"vllm:{max(shipped, key=len)}" if shipped else STAND_IN
 
 
-def uses_mla(config_cls: type) -> bool:
+def defaults(config_cls: type, arch: str):
+    """`config_cls`'s defaults with the released keys of `arch` (`RELEASED_KEYS`)."""
+    return config_cls(**RELEASED_KEYS.get(arch, {}))
+
+
+def uses_mla(config) -> bool:
     """Whether the decoder's attention is MLA (a latent KV rank, as vLLM tells it): vLLM's
     CPU MLA kernels differ from transformers, so such a model is compared with vLLM's own
     aux states (†), each prompt alone, on vLLM's float32-capable CPU_MLA backend (its AMX
     MLA, picked on CPUs with AMX, is bf16 only)."""
-    return bool(getattr(config_cls().get_text_config(), "kv_lora_rank", None))
+    return bool(getattr(config.get_text_config(), "kv_lora_rank", None))
 
 
 def describe(source: str | None) -> str:
@@ -331,6 +346,8 @@ def describe(source: str | None) -> str:
         return f"the {source.removeprefix('vllm:')} config vLLM ships"
     if source == STAND_IN:
         return f"transformers' {STAND_IN} standing in for the remote-code model"
+    if source == RELEASED:
+        return f"transformers' {STAND_IN} config with the released config's keys (RELEASED_KEYS)"
     return f"transformers' {source} config, a class in vLLM's class's MRO"
 
 
@@ -345,6 +362,9 @@ def config_class(source: str) -> type:
 
         return _CONFIG_REGISTRY[source.removeprefix("vllm:")]
     import transformers
+
+    if source == RELEASED:
+        source = STAND_IN
 
     return getattr(transformers, source).config_class
 
@@ -406,9 +426,10 @@ def shrunk_config(config_cls: type, arch: str):
     """`config_cls` with SHRINK applied to the keys its decoder's config has."""
     from spec_compat import miniature
 
-    defaults = config_cls()
-    composite = defaults.get_text_config() is not defaults
-    known = defaults.get_text_config().to_dict()
+    released = RELEASED_KEYS.get(arch, {})
+    base = defaults(config_cls, arch)
+    composite = base.get_text_config() is not base
+    known = base.get_text_config().to_dict()
     # only what the family has: a MoE size on a dense config would switch experts on in
     # vLLM's reading of the config but not in transformers' (Gemma 4).  A head_dim of None
     # means "derived from the sizes": set it to what that derivation gives (HunYuan).
@@ -432,8 +453,8 @@ def shrunk_config(config_cls: type, arch: str):
 
     def make(sizes: dict):
         if not composite:
-            return config_cls(**(sizes | overrides))
-        outer = {k: v for k, v in overrides.items() if k not in inner}
+            return config_cls(**(released | sizes | overrides))
+        outer = released | {k: v for k, v in overrides.items() if k not in inner}
         config = config_cls(text_config=text | sizes | inner, **outer)
         for name, part in getattr(config, "sub_configs", {}).items():
             if getattr(config, name, False) is None and isinstance(part, type):
