@@ -32,6 +32,10 @@ TOWER_WIDTH_KEYS = ("hidden_size", "embed_dim", "d_model", "width")
 TOWER_FFN_KEYS = ("intermediate_size", "encoder_ffn_dim", "ffn_dim", "mlp_dim")
 #: a tower's output feeds the decoder: it must have the decoder's width
 TOWER_OUT_KEYS = ("out_hidden_size", "projector_hidden_size", "text_hidden_size")
+#: a tower that merges k x k patches (its merge size) outputs their concatenation: the width
+#: times k**2 (Muse Glimmer's vision output_dim, which vLLM checks against the width)
+TOWER_MERGE_KEYS = ("merge_kernel_size", "merge_size")
+TOWER_MERGED_KEYS = ("output_dim",)
 #: what a shrunken copy can only get wrong: quantised random weights mean nothing
 DROPPED = ("quantization_config", "compression_config")
 TOKENIZER_FILES = ("tokenizer*", "*.tiktoken", "special_tokens_map.json", "vocab.*", "merges.txt")
@@ -196,6 +200,10 @@ def shrink_towers(config: Any) -> list[str]:
             setattr(part, width_key, TOWER_HEADS * head)
             if _int(part, "num_key_value_heads"):
                 part.num_key_value_heads = TOWER_HEADS
+            merge_key = next((k for k in TOWER_MERGE_KEYS if _int(part, k)), None)
+            for key in TOWER_MERGED_KEYS if merge_key else ():
+                if _int(part, key):
+                    setattr(part, key, TOWER_HEADS * head * getattr(part, merge_key) ** 2)
         for key in TOWER_FFN_KEYS:
             if _int(part, key):
                 setattr(part, key, TOWER_FFN)

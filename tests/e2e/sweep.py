@@ -56,6 +56,9 @@ NEMOTRON_H_DENSE = {
 OVERRIDES: dict[str, dict] = {
     "NemotronHForCausalLM": NEMOTRON_H_DENSE,
     "NemotronHPuzzleForCausalLM": NEMOTRON_H_DENSE,
+    "NemotronH_Nano_VL_V2": NEMOTRON_H_DENSE,  # the wrappers' decoders (text_config)
+    "NemotronH_Nano_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
+    "NemotronH_Super_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
     "GPTBigCodeForCausalLM": {"multi_query": True},
     "GptOssForCausalLM": {"sliding_window": 64},
     # vLLM reads the released checkpoints' keys, which transformers' config lacks; the
@@ -74,6 +77,14 @@ OVERRIDES: dict[str, dict] = {
     "MiniMaxM2ForCausalLM": {"scoring_func": "sigmoid", "rotary_dim": 16},
     # ... and top-k weights renormalised (on the wrapper's decoder config)
     "Qwen3VLMoeForConditionalGeneration": {"text_config": {"norm_topk_prob": True}},
+    # vLLM reads the merged width of the vision tower as vision_config.output_dim, which
+    # transformers' config names out_hidden_size at the top: stated at the released value
+    # (vLLM's default), miniature's tower shrink then sizes it
+    "MuseGlimmerForConditionalGeneration": {"vision_config": {"output_dim": 6144}},
+    # Intern-S2-Mobius's decoder (a Qwen3.5-MoE config) shares its routed-expert banks
+    # between layers: layer i uses bank i % num_blocks, a key Qwen3.5's config lacks (two
+    # banks, so each serves two of the four layers)
+    "InternS2MobiusForConditionalGeneration": {"text_config": {"num_blocks": 2}},
     "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
     "Llama4ForConditionalGeneration": {"num_experts_per_tok": 1},
 }
@@ -261,7 +272,7 @@ def eagle3_architectures() -> list[Candidate]:
         elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
         source = None if blocker or hasattr(transformers, arch) else config_source(arch, cls)
-        mla = not blocker and uses_mla(defaults(config_class(source or arch), arch))
+        mla = not blocker and uses_mla(defaults(config_class(source or arch, arch), arch))
         found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls), mla, source))
     return found
 
@@ -299,14 +310,66 @@ def carrier_of(cls: type) -> str | None:
 #: transformers is the oracle; vLLM's class reads its config's keys by name, and a key it
 #: needs beyond them fails both engines alike, named in the outcome
 STAND_IN = "LlamaForCausalLM"
+#: the stand-in of a remote-code wrapper whose released keys nest a decoder config: its
+#: config builds `text_config` from the released decoder's model type (nemotron_h, mistral
+#: ...), a `vision_config` without one as CLIP's vision config, keeping every key as given
+STAND_IN_WRAPPER = "LlavaForConditionalGeneration"
 
 #: the stand-in's config plus `RELEASED_KEYS[arch]`, on seeded weights: transformers has no
 #: module that reads those keys, so vLLM's own aux states are the reference (†)
 RELEASED = "released"
 
+#: NVIDIA's remote-code Nemotron-H VL wrappers (nvidia/NVIDIA-Nemotron-Nano-12B-v2-VL,
+#: Nemotron-3-Nano/Super-Omni): vLLM's nano_nemotron_vl builds the decoder from text_config
+#: (the released llm_config, a nemotron_h config), reads the image keys below and builds its
+#: RADIO tower (unbuilt under language_model_only) from vision_config's `args` (a RADIO-H
+#: recipe).  vision_config has no model type: the stand-in keeps its keys as given
+#: (transformers' radio config would turn the absent video_temporal_patch_size into None,
+#: which vLLM's RADIO compares with 1).  The Omni releases' sound_config is left out: vLLM
+#: builds no sound encoder without one.
+NEMOTRON_VL = {
+    "text_config": {"model_type": "nemotron_h"},
+    "vision_config": {
+        "args": {
+            "model": "vit_huge_patch16_224", "cpe_max_size": 2048, "register_multiple": 8,
+            "cls_token_per_teacher": True,
+            "teachers": [{"name": name} for name in ("clip", "siglip", "dino_v2", "sam")],
+        },
+        "patch_size": 16, "preferred_resolution": [512, 512],
+    },
+    "force_image_size": 512, "patch_size": 16, "downsample_ratio": 0.5, "ps_version": "v2",
+    "template": None, "image_tag_type": "internvl", "vit_hidden_size": 1280,
+    "projector_hidden_size": 20480, "norm_mean": [0.48145466, 0.4578275, 0.40821073],
+    "norm_std": [0.26862954, 0.26130258, 0.27577711],
+}  # fmt: skip
+NEMOTRON_OMNI = NEMOTRON_VL | {
+    "vision_config": NEMOTRON_VL["vision_config"] | {"video_temporal_patch_size": 2},
+}
+
+#: Mistral's Pixtral (params.json, mistralai/Pixtral-12B-2409): vLLM serves its decoder as
+#: MistralForCausalLM and builds its tower (unbuilt under language_model_only) from
+#: vision_config's keys, the released vision_encoder's: no model type, so the stand-in keeps
+#: them as given (transformers' pixtral config would fold rope_theta, which vLLM reads, into
+#: rope_parameters)
+PIXTRAL = {
+    "text_config": {"model_type": "mistral"},
+    "vision_config": {
+        "hidden_size": 1024, "num_channels": 3, "image_size": 1024, "patch_size": 16,
+        "rope_theta": 10000.0, "intermediate_size": 4096, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "image_token_id": 10, "image_break_token_id": 12,
+        "image_end_token_id": 13, "adapter_bias": True,
+    },
+}  # fmt: skip
+
 #: keys of a remote-code model's released config.json that vLLM's class reads beyond the
 #: stand-in's config (LlamaConfig), at released values; SHRINK then sizes the ones it knows
-RELEASED_KEYS: dict[str, dict] = {}
+#: (a wrapper's nested under "text_config" and "vision_config")
+RELEASED_KEYS: dict[str, dict] = {
+    "PixtralForConditionalGeneration": PIXTRAL,
+    "NemotronH_Nano_VL_V2": NEMOTRON_VL,
+    "NemotronH_Nano_Omni_Reasoning_V3": NEMOTRON_OMNI,
+    "NemotronH_Super_Omni_Reasoning_V3": NEMOTRON_OMNI,
+}
 
 
 def config_source(arch: str, cls: type) -> str:
@@ -347,7 +410,10 @@ def describe(source: str | None) -> str:
     if source == STAND_IN:
         return f"transformers' {STAND_IN} standing in for the remote-code model"
     if source == RELEASED:
-        return f"transformers' {STAND_IN} config with the released config's keys (RELEASED_KEYS)"
+        return (
+            f"transformers' {STAND_IN} config ({STAND_IN_WRAPPER}'s for a wrapper) with the "
+            "released config's keys (RELEASED_KEYS)"
+        )
     return f"transformers' {source} config, a class in vLLM's class's MRO"
 
 
@@ -355,8 +421,9 @@ def _plain(name: str) -> str:
     return name.lower().replace("_", "").replace("-", "")
 
 
-def config_class(source: str) -> type:
-    """The config class of a transformers class name or of `vllm:<model_type>`."""
+def config_class(source: str, arch: str = "") -> type:
+    """The config class of a transformers class name or of `vllm:<model_type>` (`RELEASED`:
+    the stand-in's, the wrapper stand-in's where `arch`'s released keys nest a text config)."""
     if source.startswith("vllm:"):
         from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
@@ -364,7 +431,7 @@ def config_class(source: str) -> type:
     import transformers
 
     if source == RELEASED:
-        source = STAND_IN
+        source = STAND_IN_WRAPPER if "text_config" in RELEASED_KEYS.get(arch, {}) else STAND_IN
 
     return getattr(transformers, source).config_class
 
@@ -379,7 +446,7 @@ def build(arch: str, directory: Path, seed: int = 0, carrier: str | None = None)
 
     if arch in BUILDERS:
         return BUILDERS[arch](directory, layers=LAYERS, seed=seed)
-    config = shrunk_config(config_class(carrier or arch), arch)
+    config = shrunk_config(config_class(carrier or arch, arch), arch)
     config.architectures = [arch]
     tiny_models._start(directory, seed)
     if carrier in (None, STAND_IN):
@@ -426,7 +493,8 @@ def shrunk_config(config_cls: type, arch: str):
     """`config_cls` with SHRINK applied to the keys its decoder's config has."""
     from spec_compat import miniature
 
-    released = RELEASED_KEYS.get(arch, {})
+    released = dict(RELEASED_KEYS.get(arch, {}))
+    released_text = released.pop("text_config", {})  # the nested decoder's released keys
     base = defaults(config_cls, arch)
     composite = base.get_text_config() is not base
     known = base.get_text_config().to_dict()
@@ -442,7 +510,7 @@ def shrunk_config(config_cls: type, arch: str):
         kwargs |= {k: v for k, v in MLA_SIZES.items() if k in known}
     if composite:
         kwargs.pop("vocab_size", None)  # the wrapper's vocabulary stays: its special ids too
-    text = {"model_type": known["model_type"]} if known.get("model_type") else {}
+    text = released_text | ({"model_type": known["model_type"]} if known.get("model_type") else {})
 
     overrides = dict(OVERRIDES.get(arch, {}))
     # a wrapper's overrides of its decoder's keys go to its text config, as do those named
