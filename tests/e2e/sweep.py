@@ -87,6 +87,8 @@ OVERRIDES: dict[str, dict] = {
     "InternS2MobiusForConditionalGeneration": {"text_config": {"num_blocks": 2}},
     "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
     "Llama4ForConditionalGeneration": {"num_experts_per_tok": 1},
+    # TeleChat2's FFN width under its own name (RELEASED_KEYS), sized as SHRINK's
+    "TeleChat2ForCausalLM": {"ffn_hidden_size": SHRINK["intermediate_size"]},
 }
 
 #: Architectures whose tiny model needs more than a shrunk config (nested vision and text
@@ -361,6 +363,11 @@ PIXTRAL = {
     },
 }  # fmt: skip
 
+#: PLaMo 3's layer pattern (full attention every 8th layer), over LAYERS layers
+PLAMO3_LAYERS = [
+    "full_attention" if (i + 1) % 8 == 0 else "sliding_attention" for i in range(LAYERS)
+]
+
 #: keys of a remote-code model's released config.json that vLLM's class reads beyond the
 #: stand-in's config (LlamaConfig), at released values; SHRINK then sizes the ones it knows
 #: (a wrapper's nested under "text_config" and "vision_config")
@@ -369,18 +376,40 @@ RELEASED_KEYS: dict[str, dict] = {
     "NemotronH_Nano_VL_V2": NEMOTRON_VL,
     "NemotronH_Nano_Omni_Reasoning_V3": NEMOTRON_OMNI,
     "NemotronH_Super_Omni_Reasoning_V3": NEMOTRON_OMNI,
-}
+    # Tele-AI/TeleChat2-7B's config.json: vLLM's TeleChat2Model maps Llama's names onto these
+    # (its attribute_map: num_hidden_layers, num_attention_heads, intermediate_size,
+    # rms_norm_eps); its FFN width is sized in OVERRIDES
+    "TeleChat2ForCausalLM": {
+        "n_layer": 30, "n_head": 32, "ffn_hidden_size": 12288, "layer_norm_epsilon": 1e-5,
+    },
+    # CofeAI/Tele-FLM's muP logit scale (output_mult / mup_scale_factor on the logits only)
+    "TeleFLMForCausalLM": {"use_mup": True, "mup_scale_factor": 32.0, "output_mult": 1.0},
+    # openbmb/MiniCPM-2B's muP scales: embeddings times scale_emb, each residual branch times
+    # scale_depth / sqrt(layers), the final state over hidden_size / dim_model_base
+    "MiniCPMForCausalLM": {"scale_emb": 12, "scale_depth": 1.4, "dim_model_base": 256},
+    # pfnet/plamo-3: every sliding_window_pattern-th layer full attention, the others a
+    # window_size window with rope_local_theta; its remote config derives the per-layer lists
+    # vLLM reads (layer_types, interleaved_sliding_window), here for LAYERS layers (the layer
+    # count they are checked against)
+    "Plamo3ForCausalLM": {
+        "num_hidden_layers": LAYERS,
+        "window_size": 2048, "sliding_window_pattern": 8, "rope_local_theta": 10000,
+        "layer_types": PLAMO3_LAYERS,
+        "interleaved_sliding_window": [None if t == "full_attention" else 2048
+                                       for t in PLAMO3_LAYERS],
+    },
+}  # fmt: skip
 
 
 def config_source(arch: str, cls: type) -> str:
-    """Where the config of a class transformers lacks comes from: a transformers class in its
-    MRO (`carrier_of`); else the config vLLM ships for it (`vllm:<model_type>`, the longest
-    registered model type that begins its name: kimi_k25 for KimiK25ForConditionalGeneration);
-    else `RELEASED` where the released config's keys are known; else `STAND_IN`."""
+    """Where the config of a class transformers lacks comes from: `RELEASED` where the released
+    config's keys are known; else a transformers class in its MRO (`carrier_of`); else the
+    config vLLM ships for it (`vllm:<model_type>`, the longest registered model type that
+    begins its name: kimi_k25 for KimiK25ForConditionalGeneration); else `STAND_IN`."""
+    if arch in RELEASED_KEYS:  # before the MRO: TeleChat2's class is vLLM's Llama's child
+        return RELEASED
     if carrier := carrier_of(cls):
         return carrier
-    if arch in RELEASED_KEYS:
-        return RELEASED
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
     stem = _plain(cls.__name__.split("For")[0])
