@@ -184,18 +184,22 @@ def _native(spec: dict[str, Any]) -> Any:
         """Aux states as vLLM's EAGLE-3 path asks for them: on the decoder where it holds
         `aux_hidden_state_layers`, else through the model's `set_aux_hidden_state_layers`
         (vLLM's transformers backend records them in the model's forward)."""
-        decoder = find_decoder(model)
-        if decoder is not None and hasattr(decoder, "aux_hidden_state_layers"):
-            decoder.aux_hidden_state_layers = ascending
+        decoder = holder = find_decoder(model)
+        # the layers one module deeper: Plamo3Model.layers is a Plamo3Decoder, which holds
+        # the layer list and records the aux states that Plamo3Model's forward returns
+        while holder is not None and hasattr(holder.layers, "layers"):
+            holder = holder.layers
+        if holder is not None and hasattr(holder, "aux_hidden_state_layers"):
+            holder.aux_hidden_state_layers = ascending
             target = decoder
         else:
             model.set_aux_hidden_state_layers(ascending)
             target = model
         forward = target.forward
         model._reference_steps = []
-        past_last = decoder is not None and len(decoder.layers) == ascending[-1]
+        past_last = holder is not None and len(holder.layers) == ascending[-1]
         if past_last:  # independent of the capture's own fallback (the final norm's input)
-            decoder.layers[-1].register_forward_hook(
+            holder.layers[-1].register_forward_hook(
                 lambda _m, _i, out: setattr(model, "_reference_last", _entering_norm(out))
             )
 
