@@ -86,6 +86,44 @@ OVERRIDES: dict[str, dict] = {
     # banks, so each serves two of the four layers)
     "InternS2MobiusForConditionalGeneration": {"text_config": {"num_blocks": 2}},
     "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
+    # the released North-Micro-Vision text config: rope per layer type (interleaved M-RoPE
+    # at base 50000 on the sliding layers, none on every fourth, full, layer); transformers'
+    # default has neither, and its rotary embedding reads one entry per layer type
+    # (mrope_section: the released [24, 20, 20] of head_dim 128, scaled to head_dim 32)
+    "CohereCompassForConditionalGeneration": {
+        "text_config": {
+            "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+            "tie_word_embeddings": True,  # released so; vLLM's class asserts it
+            "rope_parameters": {
+                "sliding_attention": {
+                    "rope_type": "default",
+                    "rope_theta": 50000.0,
+                    "mrope_section": [6, 5, 5],
+                    "mrope_interleaved": True,
+                },
+                "full_attention": None,
+            },
+        }
+    },
+    # the tokenizer's vocabulary, as the released config carries it (here: the shared
+    # tokenizer's image token); transformers' module maps image tokens through it
+    # ... and its VQ-VAE image tokenizer narrowed (350 M parameters at transformers' widths,
+    # which the tower shrink does not reach: channels, not heads)
+    "Emu3ForConditionalGeneration": {
+        "vocabulary_map": {"<image>": tiny_models.IMAGE_TOKEN},
+        "vq_config": {"base_channels": 32, "hidden_size": 32, "codebook_size": 1024},
+    },
+    # the thinker alone, as the released Qwen3-Omni-30B-A3B-Thinking (vLLM serves the
+    # thinker only; transformers' default talker cannot be built: its MoE block reads
+    # shared_expert_intermediate_size, which its config class lacks)
+    # ... and the released vision config's keys vLLM reads and transformers' config lacks:
+    # image_size (the grid of its position embeddings: 48 patches of 16 a side, as
+    # transformers' num_position_embeddings 2304) and apply_vit_abs_pos_embed (transformers
+    # always adds them)
+    "Qwen3OmniMoeForConditionalGeneration": {
+        "enable_audio_output": False,
+        "thinker_config": {"vision_config": {"image_size": 768, "apply_vit_abs_pos_embed": True}},
+    },
     "Llama4ForConditionalGeneration": {"num_experts_per_tok": 1},
     # TeleChat2's FFN width under its own name (RELEASED_KEYS), sized as SHRINK's
     "TeleChat2ForCausalLM": {"ffn_hidden_size": SHRINK["intermediate_size"]},
@@ -112,6 +150,22 @@ NOT_RUNNABLE = {
 }
 #: the same, for some vLLM releases only (version specifier -> reason)
 NOT_RUNNABLE_ON = {
+    "InternS1ProForConditionalGeneration": {
+        ">=0.32,<0.33": "vLLM 0.32's class reads self.model_config (interns1_pro.py:579), which "
+        "its __init__ never sets: it skips Qwen3VLForConditionalGeneration.__init__, which "
+        "does (qwen3_vl.py:2004); any config fails",
+    },
+    "KimiK25ForConditionalGeneration": {
+        ">=0.32,<0.33": "vLLM 0.32's module imports numba (its fused Kimi image processor), "
+        "and the CPU worker's Triton-fallback registration then fails scanning llvmlite's "
+        "objects (triton_utils/dispatcher.py:139: '_lib_fn_wrapper' object has no attribute "
+        "'get'), so vLLM's own EAGLE-3 reference cannot start",
+    },
+    "KimiK3ForConditionalGeneration": {
+        ">=0.32,<0.33": "vLLM 0.32's module imports numba (the fused Kimi image processor), and "
+        "the CPU worker's Triton-fallback registration then fails scanning llvmlite's objects "
+        "(triton_utils/dispatcher.py:139: '_lib_fn_wrapper' object has no attribute 'get')",
+    },
     "HunYuanDenseV1ForCausalLM": {
         "<0.17": "vLLM 0.16's loader and transformers 4.57's HunYuanDenseV1 checkpoint disagree "
         "(KeyError: 'layers.0.self_attn.key_layernorm.weight' while loading weights)",
@@ -540,6 +594,7 @@ def shrunk_config(config_cls: type, arch: str):
     if composite:
         kwargs.pop("vocab_size", None)  # the wrapper's vocabulary stays: its special ids too
     text = released_text | ({"model_type": known["model_type"]} if known.get("model_type") else {})
+    path = text_path(base)
 
     overrides = dict(OVERRIDES.get(arch, {}))
     # a wrapper's overrides of its decoder's keys go to its text config, as do those named
@@ -552,7 +607,11 @@ def shrunk_config(config_cls: type, arch: str):
         if not composite:
             return config_cls(**(released | sizes | overrides))
         outer = released | {k: v for k, v in overrides.items() if k not in inner}
-        config = config_cls(text_config=text | sizes | inner, **outer)
+        decoder = text | sizes | inner
+        for i in reversed(range(1, len(path))):  # nested deeper (Qwen3-Omni's thinker)
+            around = outer.get(path[0], {}) if i == 1 else {}  # its towers' overrides
+            decoder = around | {path[i]: decoder}
+        config = config_cls(**(outer | {path[0]: decoder}))
         for name, part in getattr(config, "sub_configs", {}).items():
             if getattr(config, name, False) is None and isinstance(part, type):
                 setattr(config, name, part())  # a tower the defaults leave out (Gemma 4)
@@ -565,6 +624,19 @@ def shrunk_config(config_cls: type, arch: str):
         if "num_key_value_heads" not in str(exc) or "num_attention_heads" not in kwargs:
             raise
         return make(kwargs | {"num_key_value_heads": kwargs["num_attention_heads"]})
+
+
+def text_path(config) -> list[str]:
+    """The attribute names that lead from a composite `config` to its decoder's config:
+    `["text_config"]`, or deeper (`["thinker_config", "text_config"]`: Qwen3-Omni)."""
+    text = config.get_text_config()
+    for name in getattr(config, "sub_configs", None) or {}:
+        part = getattr(config, name, None)
+        if part is text:
+            return [name]
+        if hasattr(part, "get_text_config") and part.get_text_config() is text:
+            return [name, *text_path(part)]
+    return ["text_config"]
 
 
 def _float32_parts(data: dict) -> None:
