@@ -256,7 +256,8 @@ def vision(session: nox.Session) -> None:
     """Multimodal wrappers on EXHAUSTIVE_RELEASE: vLLM's vision towers and transformers 5's
     image processors need torchvision, and PyPI's torchvision needs PyPI's (CUDA) torch, so
     they run in `.venvs/vllm-<release>-vision` (tools/make_env.py --vision; CUDA builds run
-    on the CPU): the sweep's wrappers and the Llava family, both speculators lines."""
+    on the CPU): the sweep's VISION subset (the whole sweep is `nox -s sweep`) and the Llava
+    family, both speculators lines."""
     python = _vision_environment(session)
     with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (vision)"):
         _pytest(
@@ -269,7 +270,7 @@ def vision(session: nox.Session) -> None:
             "-p",
             "no:cacheprovider",
             "-rs",
-            sweep="all",
+            sweep="vision",
         )
 
 

@@ -6,8 +6,8 @@ in bf16; MLA on vLLM's CPU_MLA backend; classes transformers lacks on seeded wei
 multimodal wrappers with `language_model_only`, so that text prompts go through the wrapper
 as the stock extractor sends them) builds one
 generator per model in turn (`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`:
-the states must come back in that order.  Every session runs the subset in `CORE`; `nox -s sweep`
-(`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).
+the states must come back in that order.  Every session runs the subset in `CORE`; `nox -s
+vision` the `VISION` subset; `nox -s sweep` (`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).
 `SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which
 `tools/compat_report.py --sweep DIR` merges into docs/architectures.json and renders into
 docs/models.md.
@@ -31,7 +31,15 @@ pytestmark = pytest.mark.e2e
 #: serves through different code paths (its own Qwen3, the transformers backend), and Gemma 4
 #: (per-layer KV-cache specs: patch scheduler_kv_cache_view)
 CORE = ("MistralForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM", "Gemma4ForCausalLM")
-#: "all": every candidate (`nox -s sweep`); anything else: the CORE subset
+#: `nox -s vision`'s subset: wrappers whose towers are built (a family builder with its
+#: processor), a wrapper served through its text path, and a hybrid one
+VISION = (
+    "LlavaForConditionalGeneration",
+    "Qwen3VLForConditionalGeneration",
+    "Mistral3ForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+)
+#: "all": every candidate (`nox -s sweep`); "vision": VISION; anything else: CORE
 SWEEP = os.environ.get("SPEC_COMPAT_SWEEP", "core")
 #: the model that also runs with layer_ids=None (the stock auto-selection)
 AUTO, AUTO_KEY = "MistralForCausalLM", "MistralForCausalLM, layer_ids=None"
@@ -48,7 +56,7 @@ def candidates() -> list[sweep.Candidate]:
         return [c for c in found if c.architecture in only.split(",")]
     if SWEEP == "all":
         return found
-    return [c for c in found if c.architecture in CORE]
+    return [c for c in found if c.architecture in (VISION if SWEEP == "vision" else CORE)]
 
 
 CANDIDATES = candidates()
