@@ -541,10 +541,11 @@ RELEASED_KEYS: dict[str, dict] = {
     # K2 Horizon (MBZUAI-IFM; every key vLLM's k2_horizon.py reads beyond LlamaConfig, at
     # values of its Qwen-MoE lineage: the released config.json was not at hand to check):
     # MoE layers after a dense first one, partial interleaved RoPE, grouped q/k norms and a
-    # gated attention output.  Two choices its module offers keep it on vLLM's CPU kernels: a softmax router
-    # without score bias (vLLM's CPU router takes sigmoid scores only through grouped top-k,
-    # which K2 Horizon does not request: cpu_router.py asserts softmax), and no MoVA value
-    # experts (mova_num_experts 0: the plain attention; fused_mova_impl is Triton only)
+    # gated attention output.  Two choices its module offers keep it on vLLM's CPU kernels:
+    # a softmax router without score bias (vLLM's CPU router takes sigmoid scores only
+    # through grouped top-k, which K2 Horizon does not request: cpu_router.py asserts
+    # softmax), and no MoVA value experts (mova_num_experts 0: the plain attention;
+    # fused_mova_impl is Triton only)
     "K2HorizonForCausalLM": {
         "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
         "num_shared_experts": 1, "decoder_sparse_step": 1, "mlp_only_layers": [0],
