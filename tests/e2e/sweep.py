@@ -209,6 +209,10 @@ NOT_RUNNABLE = {
     "Qwen3VLMoeForConditionalGeneration": "transformers 5.19 saves the fused expert tensors in "
     "its own layout, not the released one (its Transpose conversion is not reversed on save: "
     "down_proj [E, H, I]), and vLLM's loader transposes them as released (size mismatch)",
+    "DeepseekV4ForCausalLM": "transformers 5.19 saves DeepSeek-V4 in its own layout, not the "
+    "released one vLLM reads: config keys (mlp_layer_types with hash_moe, which vLLM's "
+    "DeepseekV4Config rejects through transformers' generic layer-type check; compress_rates "
+    "for compress_ratios) and weight names (hc_head.*, layers.N.attn.norm)",
     "DeepseekV41ForCausalLM": "vLLM has no CPU DeepSeek-V4.1: every non-ROCm platform gets its "
     "NVIDIA model (vllm/models/deepseek_v41/__init__.py:12-14), whose constructor makes CUDA "
     "streams (nvidia/model.py:694) and whose forward runs tilelang/Triton mHC kernels",
