@@ -292,3 +292,53 @@ def test_a_constant_stock_block_size_is_replaced_on_every_platform(stock_module,
     verdict = scheduler_block_size.probe(importlib.import_module(stock_module(STOCK_SCHEDULER)))
     assert verdict.need is Need.NEEDED, verdict
     assert "stock block_size=16" in verdict.reason
+
+
+STOCK_LAYER_COUNT = """
+from transformers import AutoConfig
+
+
+def count(model_path):
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
+    if hasattr(config, "num_hidden_layers"):
+        return config.num_hidden_layers
+    elif hasattr(config, "text_config"):
+        return config.text_config.num_hidden_layers
+    raise ValueError("Cannot determine num_layers from config")
+"""
+
+
+def test_layers_are_counted_on_the_decoders_config_however_deep(stock_module, tmp_path):
+    """An omni model's decoder is `thinker_config.text_config`: the stock count raises, the
+    proxy hands it transformers' decoder config; a plain model's config is its own."""
+    import importlib
+
+    from transformers import AutoConfig, LlamaConfig, Qwen2_5OmniConfig
+
+    from spec_compat.gates import Need
+    from spec_compat.patches import config_decoder_layers
+
+    stock = importlib.import_module(stock_module(STOCK_LAYER_COUNT))
+    assert config_decoder_layers.probe(stock).need is Need.NEEDED
+    omni = Qwen2_5OmniConfig(thinker_config={"text_config": {"num_hidden_layers": 3}})
+    omni.save_pretrained(tmp_path / "omni")
+    LlamaConfig(num_hidden_layers=5).save_pretrained(tmp_path / "llama")
+    with pytest.raises(ValueError, match="Cannot determine num_layers"):
+        stock.count(tmp_path / "omni")
+    stock.AutoConfig = config_decoder_layers.wrap(AutoConfig)
+    assert stock.count(tmp_path / "omni") == 3
+    assert stock.count(tmp_path / "llama") == 5
+
+
+def test_a_stock_config_read_beyond_the_layer_count_is_unknown_drift(stock_module):
+    import importlib
+
+    from spec_compat.gates import Need
+    from spec_compat.patches import config_decoder_layers
+
+    reads_more = STOCK_LAYER_COUNT.replace("    raise", "    print(config.vocab_size)\n    raise")
+    verdict = config_decoder_layers.probe(importlib.import_module(stock_module(reads_more)))
+    assert verdict.need is Need.UNKNOWN and "config.vocab_size" in verdict.found
+    moved = STOCK_LAYER_COUNT.replace("AutoConfig.from_pretrained", "load_config")
+    verdict = config_decoder_layers.probe(importlib.import_module(stock_module(moved)))
+    assert verdict.need is Need.UNKNOWN

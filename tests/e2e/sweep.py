@@ -105,9 +105,12 @@ OVERRIDES: dict[str, dict] = {
     # default has neither, and its rotary embedding reads one entry per layer type
     # (mrope_section: the released [24, 20, 20] of head_dim 128, scaled to head_dim 32)
     "CohereCompassForConditionalGeneration": {
+        # tied, as released: vLLM's class asserts it (cohere_compass.py:2326) of the text
+        # config, where vLLM copies the wrapper's value (VllmConfig.with_hf_config:
+        # transformers 5 ties at the wrapper)
+        "tie_word_embeddings": True,
         "text_config": {
             "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
-            "tie_word_embeddings": True,  # released so; vLLM's class asserts it
             "rope_parameters": {
                 "sliding_attention": {
                     "rope_type": "default",
@@ -117,7 +120,7 @@ OVERRIDES: dict[str, dict] = {
                 },
                 "full_attention": None,
             },
-        }
+        },
     },
     # the tokenizer's vocabulary, as the released config carries it (here: the shared
     # tokenizer's image token); transformers' module maps image tokens through it
@@ -134,11 +137,33 @@ OVERRIDES: dict[str, dict] = {
     # image_size (the grid of its position embeddings: 48 patches of 16 a side, as
     # transformers' num_position_embeddings 2304) and apply_vit_abs_pos_embed (transformers
     # always adds them)
+    # ... and the decoder's untied head as the released text config states it: vLLM's
+    # language model reads it there (qwen3_omni_moe_thinker.py:1154), and transformers 5's
+    # text config no longer has the key (it ties at the thinker)
     "Qwen3OmniMoeForConditionalGeneration": {
         "enable_audio_output": False,
         "thinker_config": {"vision_config": {"image_size": 768, "apply_vit_abs_pos_embed": True}},
+        "text_config": {"tie_word_embeddings": False},
     },
     "Llama4ForConditionalGeneration": {"num_experts_per_tok": 1},
+    # tencent/HunyuanOCR's text rope (XD-RoPE: NTK-alpha base, four position sections of 16
+    # of head_dim 128, scaled to head_dim 32), as its config.json states it: transformers'
+    # default has no sections, which its rotary embedding reads
+    "HunYuanVLForConditionalGeneration": {
+        "text_config": {
+            "rope_theta": 10000.0,
+            "rope_scaling": {
+                "type": "xdrope",
+                "alpha": 1000.0,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "factor": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "xdrope_section": [4, 4, 4, 4],
+            },
+        }
+    },
     # TeleChat2's FFN width under its own name (RELEASED_KEYS), sized as SHRINK's
     "TeleChat2ForCausalLM": {"ffn_hidden_size": SHRINK["intermediate_size"]},
     # (with mimo_v2_keys) vLLM picks a Triton/FlashAttention-only "DiffKV" backend where the
@@ -325,7 +350,7 @@ class Candidate:
         multimodal wrapper served through its text path."""
         base = "hybrid" if self.hybrid else "mla" if self.mla else "plain"
         wrapper = self.multimodal and self.architecture not in BUILDERS
-        seeded = self.carrier not in (None, STAND_IN)
+        seeded = self.carrier not in (None, stand_in(self.architecture))
         return "+".join([base] + ["seeded"] * seeded + ["wrapper"] * wrapper)
 
 
@@ -467,6 +492,22 @@ def carrier_of(cls: type) -> str | None:
 #: transformers is the oracle; vLLM's class reads its config's keys by name, and a key it
 #: needs beyond them fails both engines alike, named in the outcome
 STAND_IN = "LlamaForCausalLM"
+#: the stand-ins of vLLM's generic transformers-backend classes, which serve any transformers
+#: model of their kind: one of that kind (STAND_IN has no experts, which vLLM's MoE backend
+#: asserts, moe.py:185, and no processor, which its multimodal backend reads even for text,
+#: multimodal.py:109), weights and all, under the class's name: transformers is the oracle
+STAND_INS = {
+    "TransformersMoEForCausalLM": "Qwen3MoeForCausalLM",
+    "TransformersMultiModalForCausalLM": "LlavaForConditionalGeneration",
+    "TransformersMultiModalMoEForCausalLM": "Qwen3VLMoeForConditionalGeneration",
+}
+
+
+def stand_in(arch: str) -> str:
+    """The transformers model that stands in for `arch` where no config is known for it."""
+    return STAND_INS.get(arch, STAND_IN)
+
+
 #: the stand-in of a remote-code wrapper whose released keys nest a decoder config: its
 #: config builds `text_config` from the released decoder's model type (nemotron_h, mistral
 #: ...), a `vision_config` without one as CLIP's vision config, keeping every key as given
@@ -581,16 +622,18 @@ def config_source(arch: str, cls: type) -> str:
     config's keys are known; else a transformers class in its MRO (`carrier_of`) or that it
     wraps (`WRAPPED`); else the config vLLM ships for it (`vllm:<model_type>`, the longest
     registered model type that begins its name: kimi_k25 for KimiK25ForConditionalGeneration);
-    else `STAND_IN`."""
+    else `stand_in(arch)`."""
     if arch in RELEASED_KEYS:  # before the MRO: TeleChat2's class is vLLM's Llama's child
         return RELEASED
+    if arch in STAND_INS:
+        return STAND_INS[arch]
     if carrier := carrier_of(cls) or WRAPPED.get(arch):
         return carrier
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
 
     stem = _plain(cls.__name__.split("For")[0])
     shipped = [t for t in _CONFIG_REGISTRY if stem.startswith(_plain(t))]
-    return f"vllm:{max(shipped, key=len)}" if shipped else STAND_IN
+    return f"vllm:{max(shipped, key=len)}" if shipped else stand_in(arch)
 
 
 def defaults(config_cls: type, arch: str):
@@ -606,14 +649,15 @@ def uses_mla(config) -> bool:
     return bool(getattr(config.get_text_config(), "kv_lora_rank", None))
 
 
-def describe(source: str | None) -> str:
-    """`config_source`'s answer in words."""
+def describe(source: str | None, arch: str = "") -> str:
+    """`config_source`'s answer (for `arch`) in words."""
     if source is None:
         return "transformers' own"
     if source.startswith("vllm:"):
         return f"the {source.removeprefix('vllm:')} config vLLM ships"
-    if source == STAND_IN:
-        return f"transformers' {STAND_IN} standing in for the remote-code model"
+    if source == stand_in(arch):
+        whom = "vLLM's generic class" if arch in STAND_INS else "the remote-code model"
+        return f"transformers' {source} standing in for {whom}"
     if source == RELEASED:
         return (
             f"transformers' {STAND_IN} config ({STAND_IN_WRAPPER}'s for a wrapper) with the "
@@ -645,16 +689,22 @@ def build(arch: str, directory: Path, seed: int = 0, carrier: str | None = None)
     """A tiny random model of transformers' class `arch` (raises if transformers cannot):
     its config's defaults with SHRINK on the decoder's config (a wrapper's `text_config`)
     and the towers shrunk by `miniature.shrink_towers`.  With `carrier` (`config_source`):
-    that config and the tokenizer only, for seeded weights; the `STAND_IN` model, weights
-    and all, under the name `arch`."""
+    that config and the tokenizer only, for seeded weights; the `stand_in(arch)` model,
+    weights and all, under the name `arch`.  A family's processor where transformers has one
+    (`save_processor`) where vLLM serves `arch` through its transformers backend."""
     import transformers
 
-    if arch in BUILDERS:
-        return BUILDERS[arch](directory, layers=LAYERS, seed=seed)
+    weights = carrier in (None, stand_in(arch))
+    if weights and (builder := BUILDERS.get(carrier or arch)):
+        builder(directory, layers=LAYERS, seed=seed)
+        path = directory / "config.json"  # under the name `arch` (a stand-in's builder)
+        data = json.loads(path.read_text()) | {"architectures": [arch]}
+        path.write_text(json.dumps(data, indent=2))
+        return directory
     config = shrunk_config(config_class(carrier or arch, arch), arch)
     config.architectures = [arch]
     tiny_models._start(directory, seed)
-    if carrier in (None, STAND_IN):
+    if weights:
         cls = getattr(transformers, carrier or arch)
         if (size := parameters(cls, config)) > MAX_PARAMETERS:
             raise TooLarge(
@@ -667,7 +717,10 @@ def build(arch: str, directory: Path, seed: int = 0, carrier: str | None = None)
             _float32_parts(data)
             data["architectures"] = [arch]  # save_pretrained writes the model's class name
 
-        return tiny_models._save(model, directory, edit)
+        tiny_models._save(model, directory, edit)
+        if transformers_backend(arch):
+            save_processor(directory, config.model_type)
+        return directory
     config.save_pretrained(directory)
     path = directory / "config.json"
     data = json.loads(path.read_text())
@@ -675,6 +728,72 @@ def build(arch: str, directory: Path, seed: int = 0, carrier: str | None = None)
     _float32_parts(data)
     path.write_text(json.dumps(data, indent=2))
     return directory
+
+
+#: the special tokens a family's processor reads off its tokenizer (its constructor fails
+#: without them), as its released tokenizer_config.json names them: added to the shared
+#: tokenizer (BAAI/Emu3-Chat-hf; tencent/HunyuanOCR, as vLLM's example prompt has them)
+PROCESSOR_TOKENS = {
+    "emu3": {
+        "image_token": "<image>", "boi_token": "<|image start|>", "eoi_token": "<|image end|>",
+        "image_wrapper_token": "<|image token|>", "eof_token": "<|extra_201|>",
+    },
+    "hunyuan_vl": {
+        "image_start_token": "<｜hy_place▁holder▁no▁100｜>",  # noqa: RUF001 (the released tokens)
+        "image_end_token": "<｜hy_place▁holder▁no▁101｜>",  # noqa: RUF001
+        "image_token": "<｜hy_place▁holder▁no▁102｜>",  # noqa: RUF001
+        "pad_token": "<｜hy_▁pad▁｜>",  # noqa: RUF001
+    },
+}  # fmt: skip
+
+
+def transformers_backend(arch: str) -> bool:
+    """Whether vLLM serves `arch` through its transformers backend (Emu3, HunYuan-VL, its
+    generic Transformers* classes)."""
+    from vllm.model_executor.models import ModelRegistry
+
+    entry = ModelRegistry.models.get(arch)
+    return getattr(entry, "module_name", "").endswith(".transformers")
+
+
+def save_processor(directory: Path, model_type: str) -> None:
+    """transformers' processor of the family `model_type` in `directory`, where it has one:
+    vLLM's transformers backend reads it even for text prompts (multimodal.py:109, under
+    language_model_only too).  Its parts at their defaults (the processor's own family's,
+    qwen3_vl's for qwen3_vl_moe), the shared tokenizer with the family's PROCESSOR_TOKENS."""
+    import transformers
+    from transformers import AutoTokenizer
+    from transformers.models.auto import (
+        feature_extraction_auto,
+        image_processing_auto,
+        processing_auto,
+        video_processing_auto,
+    )
+
+    if (name := processing_auto.PROCESSOR_MAPPING_NAMES.get(model_type)) is None:
+        return
+    cls = getattr(transformers, name)
+    mappings = {
+        "image_processor": image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES,
+        "video_processor": video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES,
+        "feature_extractor": feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
+        "audio_processor": feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES,
+    }
+    family = cls.__module__.split(".")[-2]
+    parts = {}
+    for attribute in cls.get_attributes():
+        if attribute == "tokenizer":
+            tokens = PROCESSOR_TOKENS.get(model_type, {})
+            parts[attribute] = AutoTokenizer.from_pretrained(directory, extra_special_tokens=tokens)
+            continue
+        names = mappings[attribute].get(model_type) or mappings[attribute][family]
+        for part in [names] if isinstance(names, str) else names.values():  # {backend: name}
+            try:
+                parts[attribute] = getattr(transformers, part)()
+                break
+            except ImportError:  # a backend not installed here (torchvision)
+                continue
+    cls(**parts).save_pretrained(directory)
 
 
 #: a tiny model larger than this is not built: one config part left at full size took a
@@ -720,10 +839,12 @@ def shrunk_config(config_cls: type, arch: str):
 
     overrides = dict(OVERRIDES.get(arch, {}))
     # a wrapper's overrides of its decoder's keys go to its text config, as do those named
-    # under "text_config" (keys the decoder's config class lacks)
+    # under "text_config" (keys the decoder's config class lacks); a key the wrapper's
+    # config has too goes to both (tie_word_embeddings: transformers 5 ties at the wrapper)
     inner = overrides.pop("text_config", {}) | {
         k: v for k, v in overrides.items() if composite and k in known
     }
+    top = base.to_dict()
 
     def make(sizes: dict):
         if not composite:
@@ -731,7 +852,7 @@ def shrunk_config(config_cls: type, arch: str):
             if derive := DERIVED.get(arch):
                 config.update(derive(config))
             return config
-        outer = released | {k: v for k, v in overrides.items() if k not in inner}
+        outer = released | {k: v for k, v in overrides.items() if k not in inner or k in top}
         decoder = text | sizes | inner
         for i in reversed(range(1, len(path))):  # nested deeper (Qwen3-Omni's thinker)
             around = outer.get(path[0], {}) if i == 1 else {}  # its towers' overrides

@@ -4,10 +4,11 @@ architecture of the installed vLLM that transformers can build, against transfor
 One extractor process per speculators line and kind of model (`sweep.KINDS`: plain; hybrid
 in bf16; MLA on vLLM's CPU_MLA backend; classes transformers lacks on seeded weights;
 multimodal wrappers with `language_model_only`, so that text prompts go through the wrapper
-as the stock extractor sends them) builds one
-generator per model in turn (`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`:
-the states must come back in that order.  Every session runs the subset in `CORE`; `nox -s
-vision` the `VISION` subset; `nox -s sweep` (`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those only).
+as the stock extractor sends them) builds one generator per model in turn
+(`run_extractor.py` with "models").  Layer ids are `[3, 0, 2]`: the states must come back in
+that order.  Every session runs the subset in `CORE`; `nox -s vision` the `VISION` subset;
+`nox -s sweep` (`SPEC_COMPAT_SWEEP=all`) every candidate (`SPEC_COMPAT_SWEEP_ONLY=A,B`: those
+only).
 `SPEC_COMPAT_SWEEP_RECORD=DIR` writes each line's outcomes as JSON, from which
 `tools/compat_report.py --sweep DIR` merges into docs/architectures.json and renders into
 docs/models.md.
@@ -32,12 +33,14 @@ pytestmark = pytest.mark.e2e
 #: (per-layer KV-cache specs: patch scheduler_kv_cache_view)
 CORE = ("MistralForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM", "Gemma4ForCausalLM")
 #: `nox -s vision`'s subset: wrappers whose towers are built (a family builder with its
-#: processor), a wrapper served through its text path, and a hybrid one
+#: processor), a wrapper served through its text path, a hybrid one, and an omni model whose
+#: decoder config is nested two deep (patch config_decoder_layers)
 VISION = (
     "LlavaForConditionalGeneration",
     "Qwen3VLForConditionalGeneration",
     "Mistral3ForConditionalGeneration",
     "Qwen3_5ForConditionalGeneration",
+    "Qwen3OmniMoeForConditionalGeneration",
 )
 #: "all": every candidate (`nox -s sweep`); "vision": VISION; anything else: CORE
 SWEEP = os.environ.get("SPEC_COMPAT_SWEEP", "core")
@@ -224,7 +227,7 @@ def judge(
             return sweep.Outcome(arch, module, line, "not run", reason=why)
         return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
     if native_only := [NATIVE_ONLY[part] for part in kind.split("+") if part in NATIVE_ONLY]:
-        why = "; ".join(native_only).format(source=sweep.describe(source))
+        why = "; ".join(native_only).format(source=sweep.describe(source, arch))
         error, why = None, f"{why}, against vLLM's own aux states"
     else:
         try:
@@ -233,7 +236,7 @@ def judge(
             error, why = None, f"no transformers reference ({type(exc).__name__}: {exc})"[:200]
         else:
             if error <= TOLERANCE:
-                reason = sweep.describe(source) if source else ""
+                reason = sweep.describe(source, arch) if source else ""
                 return sweep.Outcome(arch, module, line, "exact", error=error, reason=reason)
             why = f"vLLM's own forward differs from transformers by {error:.1e}"
     try:

@@ -23,6 +23,7 @@ ORDER = (
     "speculators_pydantic_torch",
     "speculators_models_optional",
     "tokenizer_trust_remote_code",
+    "config_decoder_layers",
     "replica_dataset_range",
     "config_device_name_without_gpu",
     "kv_cache_planning_module",
