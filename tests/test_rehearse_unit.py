@@ -176,3 +176,59 @@ def test_layer_pattern_strings_follow_the_depth():
     raw = {"model_type": "nemotron_h", "hybrid_override_pattern": "M-M*-M-M*"}
     config, _ = miniature.shrink(raw)
     assert config.hybrid_override_pattern == "M-M*"
+
+
+def told_apart(monkeypatch, tmp_path, alone_off: float, batched_off: float):
+    """`_tell_apart` on stand-in children: vLLM's own states are ones; the extraction, each
+    prompt alone, is `alone_off` from them; the batched one `batched_off`."""
+    import torch
+
+    from spec_compat import rehearsal
+
+    prompts = [[5, 6, 7], [8, 9]]
+    ones = [[torch.ones(len(p), 4)] for p in prompts]
+
+    def results(off):
+        return [
+            {"input_ids": torch.tensor(p), "hidden_states": [s[0] + off]}
+            for p, s in zip(prompts, ones, strict=True)
+        ]
+
+    class Standin:
+        def __init__(self, mode):
+            self.mode = mode
+
+        def run(self, spec):
+            assert spec["calls"] == [[0], [1]]  # each prompt alone, as vLLM's own engine
+
+        def finish(self, report):
+            return {"results": results(alone_off)} if self.mode == "extract" else ones
+
+        def stop(self):
+            pass
+
+    report = rehearsal.Rehearsal(model="m", max_relative_error=2e-4)
+    report.layer_ids = {"rehearsed": [3]}
+    report.steps.append(rehearsal.Step("compare", 0.0, "", ok=False))
+    spec = {"prompts": prompts, "calls": [[0, 1]]}
+    tmp_path.mkdir()
+    monkeypatch.setattr(rehearsal.Child, "start", classmethod(lambda cls, mode, _: Standin(mode)))
+    rehearse._tell_apart(spec, results(batched_off), tmp_path, report, [])
+    return report
+
+
+def test_vllms_forward_is_told_apart_from_the_capture_only_when_bitwise_alone(
+    monkeypatch, tmp_path
+):
+    """A transformers gap is put down to vLLM's forward only where the extraction, each
+    prompt alone, equals vLLM's own aux states bitwise, and the batched run lies within
+    BATCH_NOISE of them; anything else stays a failure that names the capture."""
+    from spec_compat.rehearsal import BATCH_NOISE, Stop
+
+    report = told_apart(monkeypatch, tmp_path / "a", 0.0, BATCH_NOISE / 10)
+    assert report.reference.startswith("transformers (float32): 2.0e-04 off")
+    assert report.steps[0].ok
+    with pytest.raises(Stop, match="the capture"):
+        told_apart(monkeypatch, tmp_path / "b", 1e-7, 0.0)
+    with pytest.raises(Stop, match="batched extraction is"):
+        told_apart(monkeypatch, tmp_path / "c", 0.0, BATCH_NOISE * 5)

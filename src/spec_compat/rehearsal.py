@@ -14,6 +14,12 @@ from typing import Any
 
 #: float32 on both sides: what differs by more is not the same computation
 TOLERANCE = 1e-4
+#: a capture error (a row lost, shifted or taken from another prompt) is off by about the
+#: states' own size; below this, vLLM's forward is told apart from the capture (rehearse)
+CAPTURE_SCALE = 1e-2
+#: how far vLLM's CPU kernels may round a batched run from the same prompts run alone
+#: (Gemma 4, 1,500-token prompts on random weights: 1.8e-04 at the fourth layer)
+BATCH_NOISE = 1e-3
 PASS, UNTRUSTED, ENVIRONMENT = 0, 1, 2
 #: vLLM's import and the route check take 15-25 s on 2 cores; a hung import is not waited out
 PREFLIGHT_SECONDS = 600
