@@ -9,7 +9,7 @@ as `layer_types` follow), saved in float32 with the shared local tokenizer.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import tiny_models
@@ -59,6 +59,7 @@ OVERRIDES: dict[str, dict] = {
     "NemotronH_Nano_VL_V2": NEMOTRON_H_DENSE,  # the wrappers' decoders (text_config)
     "NemotronH_Nano_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
     "NemotronH_Super_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
+    "NemotronH_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
     "GPTBigCodeForCausalLM": {"multi_query": True},
     "GptOssForCausalLM": {"sliding_window": 64},
     # vLLM reads the released checkpoints' keys, which transformers' config lacks; the
@@ -164,6 +165,9 @@ OVERRIDES: dict[str, dict] = {
             },
         }
     },
+    # the linear-attention output gate as transformers reads an unset one (hidden_act):
+    # vLLM's Gated DeltaNet asserts on None (qwen_gdn_linear_attn.py:568)
+    "Qwen4ExpForConditionalGeneration": {"text_config": {"output_gate_type": "silu"}},
     # TeleChat2's FFN width under its own name (RELEASED_KEYS), sized as SHRINK's
     "TeleChat2ForCausalLM": {"ffn_hidden_size": SHRINK["intermediate_size"]},
     # (with mimo_v2_keys) vLLM picks a Triton/FlashAttention-only "DiffKV" backend where the
@@ -231,13 +235,12 @@ NOT_RUNNABLE = {
     "MiniMaxM2ForCausalLM": "vLLM's CPU router takes sigmoid scores only through grouped "
     "top-k (fused_moe/router/cpu_router.py:239 asserts softmax), and MiniMax-M2's MoE does not "
     "group its experts",
-    "Qwen3VLMoeForConditionalGeneration": "transformers 5.19 saves the fused expert tensors in "
-    "its own layout, not the released one (its Transpose conversion is not reversed on save: "
-    "down_proj [E, H, I]), and vLLM's loader transposes them as released (size mismatch)",
     "DeepseekV4ForCausalLM": "transformers 5.19 saves DeepSeek-V4 in its own layout, not the "
     "released one vLLM reads: config keys (mlp_layer_types with hash_moe, which vLLM's "
     "DeepseekV4Config rejects through transformers' generic layer-type check; compress_rates "
-    "for compress_ratios) and weight names (hc_head.*, layers.N.attn.norm)",
+    "for compress_ratios) and weight names (hc_head.*, layers.N.attn.norm); no seeded route "
+    "either (OWN_LAYOUT): vLLM's own DeepseekV4Config is bare (every model key comes from the "
+    "released config.json, none at hand) and transformers' config names them its own way",
     "DeepseekV41ForCausalLM": "vLLM has no CPU DeepSeek-V4.1: every non-ROCm platform gets its "
     "NVIDIA model (vllm/models/deepseek_v41/__init__.py:12-14), whose constructor makes CUDA "
     "streams (nvidia/model.py:694) and whose forward runs tilelang/Triton mHC kernels",
@@ -250,6 +253,20 @@ NOT_RUNNABLE = {
     "multi-query KV heads: its own LLM fails with a shape error, and its forward is 0.89 "
     "off transformers (vLLM's computation, not the capture)",
 }
+#: Classes transformers has but saves in its own layout, not the released one vLLM's loader
+#: reads: their model is their config alone (the released keys where RELEASED_KEYS has them,
+#: else transformers' config class), on seeded weights, against vLLM's own aux states (†), as
+#: for a class transformers lacks
+OWN_LAYOUT = {
+    "Qwen3VLMoeForConditionalGeneration": "transformers 5.19 saves the fused expert tensors "
+    "in its own layout (the reverse of its Transpose(check_dims=True) load conversion compares "
+    "with the model's own shape, so it never transposes: down_proj [E, H, I]), which vLLM's "
+    "loader transposes as released (size mismatch)",
+    # runs as its Nano and Super siblings (the same vLLM class) from the released keys
+    "NemotronH_Omni_Reasoning_V3": "transformers 5.19's config is its own layout, not the "
+    "released one: vLLM's nano_nemotron_vl reads image keys it lacks ('NemotronH_Omni_"
+    "Reasoning_V3_Config' object has no attribute 'patch_size', in vLLM's own run)",
+}
 MINIMAX_M3_OP = (
     "every MiniMax-M3 attention layer, dense or sparse, calls torch.ops._C."
     "fused_minimax_m3_qknorm_rope_kv_insert (vllm/models/minimax_m3/nvidia/model.py), an op "
@@ -259,6 +276,17 @@ GLM5_NEXT_CPU = (
     "GLM-5-Next's layers are KDA linear attention (Triton-only FLA kernels) or indexed sparse "
     "MLA (platforms/cpu.py: 'Sparse Attention is not supported on CPU'); transformers' config "
     "allows no other layer type"
+)
+#: measured: `import llvmlite.binding` then `CpuPlatform.register_triton_kernel_overrides()`
+#: raises this in one process; without llvmlite it registers
+KIMI_NUMBA = (
+    "vLLM bug: a CPU worker registers its Triton fallbacks (worker_base.py:282) by scanning "
+    "every loaded module and reading vars(value).get (triton_utils/dispatcher.py:139); "
+    "llvmlite's ffi.lib (__slots__, a __getattr__ that wraps any name) answers __dict__ with a "
+    "'_lib_fn_wrapper', so the scan raises in any process that imported llvmlite first.  "
+    "vLLM 0.32's Kimi module imports numba (its fused image processor; numba is a vLLM "
+    "requirement), so an engine in the process that resolved the class (vLLM's own "
+    "reference, VLLM_ENABLE_V1_MULTIPROCESSING=0) cannot start"
 )
 #: the same, for some vLLM releases only (version specifier -> reason)
 NOT_RUNNABLE_ON = {
@@ -282,15 +310,10 @@ NOT_RUNNABLE_ON = {
         "does (qwen3_vl.py:2004); any config fails",
     },
     "KimiK25ForConditionalGeneration": {
-        ">=0.32,<0.33": "vLLM 0.32's module imports numba (its fused Kimi image processor), "
-        "and the CPU worker's Triton-fallback registration then fails scanning llvmlite's "
-        "objects (triton_utils/dispatcher.py:139: '_lib_fn_wrapper' object has no attribute "
-        "'get'), so vLLM's own EAGLE-3 reference cannot start",
+        ">=0.32,<0.33": KIMI_NUMBA,
     },
     "KimiK3ForConditionalGeneration": {
-        ">=0.32,<0.33": "vLLM 0.32's module imports numba (the fused Kimi image processor), and "
-        "the CPU worker's Triton-fallback registration then fails scanning llvmlite's objects "
-        "(triton_utils/dispatcher.py:139: '_lib_fn_wrapper' object has no attribute 'get')",
+        ">=0.32,<0.33": KIMI_NUMBA,
     },
     "HunYuanDenseV1ForCausalLM": {
         "<0.17": "vLLM 0.16's loader and transformers 4.57's HunYuanDenseV1 checkpoint disagree "
@@ -342,6 +365,9 @@ class Candidate:
     #: no class in transformers: where its config comes from (`config_source`); the model is
     #: that config alone, on seeded weights (spec_compat.seeded_weights)
     carrier: str | None = None
+    #: why transformers' own model of a class it has is not used (OWN_LAYOUT, or its build
+    #: failed: `build_or_seed`); `carrier` then names the config it runs from, seeded
+    fallback: str | None = None
 
     @property
     def kind(self) -> str:
@@ -453,9 +479,13 @@ def eagle3_architectures() -> list[Candidate]:
             blocker = POOLING
         elif not (routed := route([arch], patched=True)).served:  # refused before loading
             blocker = f"refused before loading: {routed.reason}"
-        source = None if blocker or hasattr(transformers, arch) else config_source(arch, cls)
+        source, fallback = None, None
+        if not blocker:
+            source, fallback = route_of(arch, cls, hasattr(transformers, arch))
         mla = not blocker and uses_mla(defaults(config_class(source or arch, arch), arch))
-        found.append(Candidate(arch, module, multimodal, blocker, is_hybrid(cls), mla, source))
+        found.append(
+            Candidate(arch, module, multimodal, blocker, is_hybrid(cls), mla, source, fallback)
+        )
     return found
 
 
@@ -572,6 +602,7 @@ RELEASED_KEYS: dict[str, dict] = {
     "NemotronH_Nano_VL_V2": NEMOTRON_VL,
     "NemotronH_Nano_Omni_Reasoning_V3": NEMOTRON_OMNI,
     "NemotronH_Super_Omni_Reasoning_V3": NEMOTRON_OMNI,
+    "NemotronH_Omni_Reasoning_V3": NEMOTRON_OMNI,  # (OWN_LAYOUT: transformers' lacks them)
     # Tele-AI/TeleChat2-7B's config.json: vLLM's TeleChat2Model maps Llama's names onto these
     # (its attribute_map: num_hidden_layers, num_attention_heads, intermediate_size,
     # rms_norm_eps); its FFN width is sized in OVERRIDES
@@ -636,6 +667,37 @@ def config_source(arch: str, cls: type) -> str:
     return f"vllm:{max(shipped, key=len)}" if shipped else stand_in(arch)
 
 
+def route_of(arch: str, cls: type, in_transformers: bool) -> tuple[str | None, str | None]:
+    """(carrier, fallback) of a class to run: transformers' own model where it has the class
+    (None, None); a class it saves in its own layout (OWN_LAYOUT) from the released keys or
+    its own config class, seeded, and why; else `config_source`."""
+    if fallback := OWN_LAYOUT.get(arch):
+        return (config_source(arch, cls) if arch in RELEASED_KEYS else arch), fallback
+    return (None, None) if in_transformers else (config_source(arch, cls), None)
+
+
+def build_or_seed(c: Candidate, directory: Path) -> Candidate:
+    """Build `c` in `directory`; where transformers cannot build its own model of a class it
+    has from the shrunk config (Qwen4-Exp's indexer divides unset sizes), build that config
+    alone for seeded weights instead (vLLM's class reads it its own way).  Returns the
+    candidate as built: `carrier` and `fallback` say so.  A config that cannot be built, a
+    model too large (`TooLarge`) or a class already on a carrier still raises."""
+    import shutil
+
+    try:
+        build(c.architecture, directory, carrier=c.carrier)
+        return c
+    except TooLarge:
+        raise
+    except Exception as exc:
+        if c.carrier is not None:
+            raise
+        why = f"transformers cannot build its model: {type(exc).__name__}: {exc}"[:200]
+    shutil.rmtree(directory, ignore_errors=True)
+    build(c.architecture, directory, carrier=c.architecture)
+    return replace(c, carrier=c.architecture, fallback=why)
+
+
 def defaults(config_cls: type, arch: str):
     """`config_cls`'s defaults with the released keys of `arch` (`RELEASED_KEYS`)."""
     return config_cls(**RELEASED_KEYS.get(arch, {}))
@@ -658,6 +720,8 @@ def describe(source: str | None, arch: str = "") -> str:
     if source == stand_in(arch):
         whom = "vLLM's generic class" if arch in STAND_INS else "the remote-code model"
         return f"transformers' {source} standing in for {whom}"
+    if source == arch:
+        return "transformers' own config class"
     if source == RELEASED:
         return (
             f"transformers' {STAND_IN} config ({STAND_IN_WRAPPER}'s for a wrapper) with the "
@@ -859,8 +923,11 @@ def shrunk_config(config_cls: type, arch: str):
             decoder = around | {path[i]: decoder}
         config = config_cls(**(outer | {path[0]: decoder}))
         for name, part in getattr(config, "sub_configs", {}).items():
-            if getattr(config, name, False) is None and isinstance(part, type):
-                setattr(config, name, part())  # a tower the defaults leave out (Gemma 4)
+            # a tower the defaults leave out (Gemma 4); AutoConfig names no class to build,
+            # and the model then has no such tower (Nemotron-H Omni's audio_config)
+            unset = getattr(config, name, False) is None
+            if unset and isinstance(part, type) and part.__name__ != "AutoConfig":
+                setattr(config, name, part())
         miniature.shrink_towers(config)
         return config
 

@@ -71,6 +71,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
     models = models_root(tmp_path_factory)
     outcomes: dict[str, sweep.Outcome] = {}
     built: dict[str, Path] = {}
+    kind_of = {c.architecture: c for c in CANDIDATES}  # as built (sweep.build_or_seed)
     for c in CANDIDATES:
         if c.blocker:
             outcomes[c.architecture] = sweep.Outcome(
@@ -78,7 +79,7 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
             )
             continue
         try:
-            built[c.architecture] = built_once(c, models)
+            built[c.architecture], kind_of[c.architecture] = built_once(c, models)
         except sweep.TooLarge as exc:
             outcomes[c.architecture] = sweep.Outcome(
                 c.architecture, c.vllm_module, line, "not run", reason=str(exc)
@@ -91,7 +92,6 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
                 "not run",
                 reason=f"transformers cannot build it: {type(exc).__name__}: {exc}"[:300],
             )
-    kind_of = {c.architecture: c for c in CANDIDATES}
     results: dict = {}
     for kind in sorted({kind_of[a].kind for a in built}):
         options, backend, alone = sweep.settings(kind)
@@ -121,8 +121,9 @@ def swept(line, speculators_dir, tmp_path_factory) -> dict[str, sweep.Outcome]:
             got = sweep.as_one_call(got, alone)
             c = kind_of[arch]
             outcomes[arch] = judge(
-                arch, c.vllm_module, line, model, got, kind=kind, source=c.carrier
-            )
+                arch, c.vllm_module, line, model, got, kind=kind, source=c.carrier,
+                fallback=c.fallback,
+            )  # fmt: skip
     if AUTO in built:
         outcomes[AUTO_KEY] = judge(
             AUTO_KEY,
@@ -146,9 +147,11 @@ def models_root(tmp_path_factory) -> Path:
     return root
 
 
-def built_once(c: sweep.Candidate, root: Path) -> Path:
+def built_once(c: sweep.Candidate, root: Path) -> tuple[Path, sweep.Candidate]:
     """`c`'s model, built by whichever line's worker comes first, one build at a time: two
-    workers building every model side by side ran a 24 GiB machine out of memory."""
+    workers building every model side by side ran a 24 GiB machine out of memory.  With the
+    candidate as built (`sweep.build_or_seed`), which the marker file keeps for the other."""
+    import dataclasses
     import gc
 
     from filelock import FileLock
@@ -158,11 +161,11 @@ def built_once(c: sweep.Candidate, root: Path) -> Path:
         if not done.exists():
             shutil.rmtree(directory, ignore_errors=True)  # a build that raised before
             try:
-                sweep.build(c.architecture, directory, carrier=c.carrier)
+                as_built = sweep.build_or_seed(c, directory)
             finally:
                 gc.collect()
-            done.touch()
-    return directory
+            done.write_text(json.dumps(dataclasses.asdict(as_built)))
+    return directory, sweep.Candidate(**json.loads(done.read_text()))
 
 
 def worker_error(log: str, model: Path) -> str | None:
@@ -194,13 +197,13 @@ def auto_selection(built: dict[str, Path]) -> list:
 NATIVE_ONLY = {
     "hybrid": "hybrid: bf16 (vLLM's CPU state kernels)",
     "mla": "MLA: vLLM's CPU MLA kernels",
-    "seeded": "no transformers class: vLLM's class on seeded weights (config: {source})",
+    "seeded": "{why}: vLLM's class on seeded weights (config: {source})",
 }
 
 
 def judge(
     arch: str, module: str, line: str, model: Path, got, layers=sweep.SWEEP_LAYER_IDS,
-    kind: str = "plain", source: str | None = None,
+    kind: str = "plain", source: str | None = None, fallback: str | None = None,
 ) -> sweep.Outcome:  # fmt: skip
     """Exact against transformers float32, else (vLLM's own computation may differ: a CPU
     kernel, a fallback activation) bitwise vLLM's own aux states in the same settings.  An
@@ -227,7 +230,9 @@ def judge(
             return sweep.Outcome(arch, module, line, "not run", reason=why)
         return sweep.Outcome(arch, module, line, "error", reason=reason.splitlines()[-1][:300])
     if native_only := [NATIVE_ONLY[part] for part in kind.split("+") if part in NATIVE_ONLY]:
-        why = "; ".join(native_only).format(source=sweep.describe(source, arch))
+        why = "; ".join(native_only).format(
+            source=sweep.describe(source, arch), why=fallback or "no transformers class"
+        )
         error, why = None, f"{why}, against vLLM's own aux states"
     else:
         try:
@@ -302,7 +307,7 @@ def test_vllms_own_reference_matches_transformers_on_its_transformers_backend(
     if line != "0.4.0.1" or BACKEND not in {c.architecture for c in CANDIDATES}:
         pytest.skip("vLLM's own engine, once (no speculators line involved)")
     c = next(c for c in CANDIDATES if c.architecture == BACKEND)
-    model = built_once(c, models_root(tmp_path_factory))
+    model, _ = built_once(c, models_root(tmp_path_factory))
     layers = sweep.SWEEP_LAYER_IDS
     native = native_reference(model, PROMPTS, layers)
     results = [
