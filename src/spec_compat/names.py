@@ -32,6 +32,9 @@ NON_BLOCK = "non_block"
 #: attribute of the driver's scheduler holding a `_handoff.SchedulerRebuild` (scheduler_rebuild
 #: keeps it, generate_recovery uses it)
 SCHEDULER_REBUILD = "spec_compat_rebuild"
+#: attribute of a worker and of its capture holding a `_handoff.StepRows` (model_runner_v2_rows
+#: keeps it, worker_eagle3_capture arranges each step's rows with it)
+STEP_ROWS = "_spec_compat_step_rows"
 #: attribute of a worker (shm_transport_worker): its transport, for `startup.worker_report`
 WORKER_TRANSPORT = "_spec_compat_transport"
 

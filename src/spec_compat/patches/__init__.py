@@ -66,6 +66,7 @@ ORDER = (
     # the worker
     "worker_embed_input_ids",
     "worker_eagle3_capture",
+    "model_runner_v2_rows",
     "shm_transport_worker",
 )
 

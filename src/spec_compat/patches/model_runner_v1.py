@@ -1,23 +1,22 @@
-"""Keep the stock extractor's workers on vLLM's V1 model runner.
+"""Keep the stock extractor's workers on V1 where V2's rows cannot be attributed.
 
 Target: ``vllm_hidden_states_generator.VllmHiddenStatesGenerator.__init__`` (speculators
     0.3.0 and 0.4.x).
-Why: Model Runner V2 became the default architecture by architecture from vLLM 0.22 and for
-    every model from 0.29 (where Triton is available; users can also force it with
-    ``VLLM_USE_V2_MODEL_RUNNER=1``).  It has no ``model_runner.input_batch``: speculators
-    0.4.x reads ``input_batch.req_id_to_index`` to attribute captured rows (AttributeError),
-    and 0.3.0 assumes rows come in arrival order while V2 sorts each batch by token count
-    (silently misattributed states).
-How: the stock generator's ``__init__`` runs with ``VLLM_USE_V2_MODEL_RUNNER=0``: its
+Why: Model Runner V2 (vLLM's default for every model from 0.29 where Triton is available;
+    ``VLLM_USE_V2_MODEL_RUNNER=1`` forces it earlier) sorts each step's requests and has no
+    ``input_batch``: speculators 0.4.x fails in the worker and 0.3.0 returns other prompts'
+    states.  ``model_runner_v2_rows`` attributes V2's rows from each step's own batch map
+    where V2 has the names it reads; on a release whose V2 has another shape the workers
+    must stay on V1.
+How: only where V1 is present and V2's batch map is not the one ``model_runner_v2_rows``
+    reads, the stock generator's ``__init__`` runs with ``VLLM_USE_V2_MODEL_RUNNER=0``: its
     ``VllmConfig`` validates for V1 and its workers (forked or spawned) inherit the setting;
     the previous value is restored afterwards, so other vLLM engines in the process keep
-    their choice.  V1 is present and selectable in every release through 0.33.  vLLM 0.34
-    removed V1 (``v1/worker/gpu_model_runner.py``) and the setting: the probe then reports
-    unsupported drift, so ``apply()`` and doctor refuse instead of letting 0.3.0 return
-    misattributed states (measured on an H200: 1.76 max relative error, no error raised).
+    their choice.  Elsewhere vLLM's own choice stands (V1 where it is the default, V2 where
+    it is or where the user asks for it), and a vLLM without V1 (0.34+) is served by V2.
 Upstream change: vLLM 0.22-0.29 ``config/vllm.py`` (``use_v2_model_runner``) and
     ``v1/worker/gpu/model_runner.py``; 0.34 removed V1.
-Remove when: a patch attributes rows in V2's batch order (V2's ``req_states``).
+Remove when: no supported vLLM has a V2 runner that ``model_runner_v2_rows`` cannot read.
 """
 
 from __future__ import annotations
@@ -28,28 +27,22 @@ from typing import Any
 
 from ..gates import Need, Verdict
 from ..patch import declare
+from . import _model_runner as runners
 
-KNOB = "VLLM_USE_V2_MODEL_RUNNER"
-
-
-V1_RUNNER = "vllm.v1.worker.gpu_model_runner"
+KNOB = runners.KNOB
 
 
 def probe(module: ModuleType) -> Verdict:
-    from importlib.util import find_spec
-
-    import vllm.envs as envs
-
-    if find_spec(V1_RUNNER) is None:
+    if not runners.has_v1():
+        return Verdict(Need.NOT_NEEDED, f"no {runners.V1_RUNNER}", "V2 only: model_runner_v2_rows")
+    if not runners.has_v2():
+        return Verdict(Need.NOT_NEEDED, f"no {runners.V2_RUNNER}", "V1 only")
+    served, seen = runners.v2_rows_served()
+    if served:
         return Verdict(
-            Need.UNKNOWN,
-            f"no {V1_RUNNER}: vLLM removed Model Runner V1",
-            "the stock code attributes captured rows in V1's batch order; V2 sorts each "
-            "batch, so states would be misattributed",
+            Need.NOT_NEEDED, seen, "V2's rows are attributed (model_runner_v2_rows): vLLM's choice"
         )
-    if KNOB not in getattr(envs, "environment_variables", {}):
-        return Verdict(Need.NOT_NEEDED, f"vllm.envs has no {KNOB}: V1 only")
-    return Verdict(Need.NEEDED, f"vllm.envs.{KNOB} exists", "the stock worker code needs V1")
+    return Verdict(Need.NEEDED, seen, "V2's batch map differs here: the workers stay on V1")
 
 
 def wrap(original: Any) -> Any:
@@ -76,5 +69,5 @@ def wrap(original: Any) -> Any:
 PATCH = declare(
     __name__,
     target="VllmHiddenStatesGenerator.__init__",
-    summary="start the extractor's workers on the V1 model runner (V2 lacks input_batch)",
+    summary="start the workers on V1 where V2's batch map is not one model_runner_v2_rows reads",
 )

@@ -15,7 +15,9 @@ How: the model's own forward runs, asked through ``SupportsEagle3.set_aux_hidden
     for vLLM ids ``k + 1`` (the state entering layer ``k + 1``); the model then returns
     ``(hidden_states, aux)``, which is what vLLM's runner reads for EAGLE-3 decoding, so
     the capture is exact by construction (native decoders and the transformers backend
-    alike); only ``hidden_states`` goes on.  Releases whose models record aux states only
+    alike); only ``hidden_states`` goes on, and each step's rows go to the stock code in
+    the order the driver scheduled their requests (on Model Runner V2, which sorts each
+    step, through ``model_runner_v2_rows``'s map of the step; refused without it).  Releases whose models record aux states only
     before each layer never emit the id past the last layer; that state is then taken as it
     enters the final norm (``hidden_states + residual``).  Each step's states are stored in
     the caller's order, a repeated id repeated.  A model without ``SupportsEagle3`` raises
@@ -35,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 from ..gates import Need, Verdict, signature, signature_text
 from ..names import WORKER
 from ..patch import declare
+from ._handoff import StepRows
+from ._model_runner import is_v2
 
 if TYPE_CHECKING:
     import inspect
@@ -106,6 +110,7 @@ class Eagle3Capture:
         model.set_aux_hidden_state_layers(self.aux_ids)
         self.model_name = name
         self.extension = extension
+        self.on_v2 = is_v2(getattr(extension, "model_runner", None))
         self.norm_input: Any = None
         self.hook = None
         if decoder is not None and len(decoder.layers) in self.aux_ids:  # until the model
@@ -114,6 +119,20 @@ class Eagle3Capture:
 
     def _record(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         self.norm_input = entering_state(module, args, kwargs)
+
+    def in_schedule_order(self, states: list[Any], rows: int) -> list[Any]:
+        """The step's rows in the order the driver scheduled their requests: the runner's
+        order on V1; on V2, which sorts each step, by the step's own batch map
+        (`model_runner_v2_rows`), or refused without it."""
+        step_rows = StepRows.on(self.extension)
+        if step_rows is not None:
+            return step_rows.arrange(states, rows)
+        if self.on_v2:
+            raise CaptureUnsupported(
+                f"{self.model_name}: vLLM's Model Runner V2 sorts each step's requests, and "
+                "no step map attributes its rows (is model_runner_v2_rows excluded?)"
+            )
+        return states
 
     def states(self, aux: list[Any], num_tokens: int) -> list[Any]:
         """This step's states, one per requested id in the caller's order."""
@@ -151,9 +170,10 @@ def capture_forward(model: Any, *args: Any, **kwargs: Any) -> Any:
         raise CaptureUnsupported(f"{capture.model_name}: the forward returned no aux states")
     hidden, aux = output
     positions = args[1] if len(args) > 1 else kwargs["positions"]
-    states = capture.states(aux, positions.shape[-1])
+    rows = positions.shape[-1]
+    states = capture.states(aux, rows)
     if get_tp_group().rank_in_group == 0:  # every rank computes the same states
-        capture.extension._store_captured_states(states)
+        capture.extension._store_captured_states(capture.in_schedule_order(states, rows))
     return hidden
 
 
