@@ -47,6 +47,7 @@ from .drift import TouchPoint, check, moved_imports
 from .gates import in_range, installed_version
 from .names import GENERATOR, WORKER
 from .patch import ImportPatch, Result, State, UnsupportedDrift
+from .patches._model_runner import runner_report
 from .stacks import described, rendered
 
 EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT, EXIT_UNPROVEN = 0, 1, 2, 3
@@ -72,6 +73,7 @@ class Report:
     unsupported: list[Result] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     model: dict[str, Any] | None = None
+    model_runner: dict[str, Any] | None = None
     startup_hook: dict[str, Any] = field(default_factory=startup.report)
     seconds: float = 0.0
 
@@ -94,6 +96,7 @@ class Report:
             "mode": self.mode,
             "versions": self.versions,
             "platform": self.platform,
+            "model_runner": self.model_runner,
             "patches": [r.as_dict() for r in self.patches],
             "stacks": self.stacks,
             "touch_points": [t.as_dict() for t in self.touch_points],
@@ -184,6 +187,9 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
     else:
         report.patches = status()
     report.stacks = described(REGISTRY.stacks(), {r.name: r.state for r in report.patches})
+    states = {r.name: r.state for r in report.patches}
+    forced_v1 = states.get("model_runner_v1") is State.APPLIED
+    report.model_runner = runner_report(forced_v1 and not no_patches)
     applied = [REGISTRY.patches[r.name] for r in report.patches if r.state is State.APPLIED]
     candidates = list(REGISTRY.patches.values()) if no_patches else applied
     if no_patches:  # the imports the import-time patches would redirect
@@ -222,6 +228,9 @@ def render(report: Report) -> str:
     lines = [f"spec_compat {__version__} doctor ({report.mode})"]
     lines.append("  " + "  ".join(f"{k} {v or '-'}" for k, v in report.versions.items()))
     lines.append(f"  vLLM platform: {report.platform or '-'}")
+    if report.model_runner is not None:
+        runner = report.model_runner
+        lines.append(f"  model runner of the workers: {runner['workers']} ({runner['why']})")
     hook = report.startup_hook
     state = "active in this process" if hook["active"] else "inactive until apply() runs"
     if hook["switched_off"]:
@@ -250,6 +259,11 @@ def render(report: Report) -> str:
             lines.append(f"  {where:<33} {t.call:<40} {mark}{fix}")
             if t.drift:
                 lines.append(f"  {'':<33} {t.error}")
+    if report.model_runner and report.model_runner["v2_names"]:
+        lines += ["", "Model Runner V2 names (model_runner_v2_rows reads them)"]
+        for n in report.model_runner["v2_names"]:
+            mark = "present" if n["present"] else "MISSING"
+            lines.append(f"  {n['name']:<40} {mark:<8} {_short(n['found'], 100)}")
     if report.model is not None:
         m = report.model
         verdict = "served" if m["served"] else "REFUSED"

@@ -97,6 +97,9 @@ def planned_calls() -> dict[str, list[list[int]]]:
         "300 prompts": many_prompts(),
         "long prompts": long_prompts(),
         "1 prompt": mixed[:1],
+        # one-token prompts among longer ones: Model Runner V2 sorts queries of the decode
+        # length (1 token) first
+        "1-token prompts": [[5], short[1], [7], short[2], [11], [4]],
         "8 prompts": mixed[:8],
         "64 prompts": mixed[:64],
         "length limits": mixed[64:66],
@@ -125,7 +128,9 @@ def planned_calls() -> dict[str, list[list[int]]]:
     }
 
 
-def run_battery(speculators_dir: Path, model: Path, layers: list[int]) -> Battery:
+def run_battery(
+    speculators_dir: Path, model: Path, layers: list[int], env: dict[str, str] | None = None
+) -> Battery:
     calls = planned_calls()
     prompts: list[list[int]] = []
     indices: list[list[int]] = []
@@ -139,6 +144,7 @@ def run_battery(speculators_dir: Path, model: Path, layers: list[int]) -> Batter
         layers,
         calls=indices,
         max_model_len=MAX_MODEL_LEN,
+        env=env,
         extra={
             "catch_errors": True,
             "interrupt_call": list(calls).index("interrupted"),

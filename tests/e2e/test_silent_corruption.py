@@ -155,7 +155,7 @@ def test_batch_sizes_shared_prefixes_and_length_limits(patched_battery, llama_or
     budget on 0.3.0), 24 prompts sharing a 300-token prefix, and prompts of exactly
     max_model_len - 1 and beyond it (the stock code keeps max_model_len - 1; logged)."""
     keep = battery.KEPT_TOKENS
-    for name in ("1 prompt", "8 prompts", "64 prompts", "length limits"):
+    for name in ("1 prompt", "8 prompts", "64 prompts", "1-token prompts", "length limits"):
         kept = [p[:keep] for p in patched_battery.calls[name]]
         got = compare(patched_battery.results(name), kept, llama_oracle(kept))
         assert got <= TOLERANCE, f"{name}: {got:.2e}"

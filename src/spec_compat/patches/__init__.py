@@ -29,6 +29,7 @@ ORDER = (
     "kv_cache_planning_module",
     # CacheConfig, SchedulerConfig and the KV/scheduler constructors
     "cache_config_prefix_caching",
+    "cache_config_extensible_kv_cache",
     "cpu_attention_block_size",
     "scheduler_config_initvars",
     "engine_batch_defaults",
@@ -39,6 +40,7 @@ ORDER = (
     "kv_cache_hybrid_plan",
     "scheduler_block_size",
     "scheduler_kv_cache_view",
+    "scheduler_finished_requests_kept",
     "scheduler_rebuild",
     "request_eos_token_id",
     "request_block_hashes_off",

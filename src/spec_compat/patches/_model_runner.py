@@ -61,9 +61,12 @@ def v2_names() -> list[tuple[str, bool, str]]:
         )
     )
     batch = getattr(importlib.import_module(V2_BATCH), "InputBatch", None)
-    fields = {f.name for f in dataclasses.fields(batch)} if dataclasses.is_dataclass(batch) else set()
+    fields = set()
+    if dataclasses.is_dataclass(batch):
+        fields = {f.name for f in dataclasses.fields(batch)}
     for name in BATCH_FIELDS:
-        found.append((f"InputBatch.{name}", name in fields, "field" if name in fields else "absent"))
+        present = name in fields
+        found.append((f"InputBatch.{name}", present, "field" if present else "absent"))
     return found
 
 
@@ -73,7 +76,7 @@ def v2_rows_served() -> tuple[bool, str]:
         return False, f"no {V2_RUNNER}"
     try:
         names = v2_names()
-    except Exception as exc:  # noqa: BLE001 - an early V2 that does not import here
+    except Exception as exc:
         return False, f"{V2_RUNNER} does not import: {type(exc).__name__}: {exc}"
     missing = [name for name, present, _ in names if not present]
     seen = "; ".join(f"{name}: {what}" for name, _, what in names)
@@ -108,8 +111,22 @@ def workers_runner() -> tuple[str, str]:
         return "V1", f"vLLM's default ({KNOB} unset)"
     try:
         from vllm.triton_utils import HAS_TRITON
-    except Exception:  # noqa: BLE001 - an unimportable Triton means no V2
+    except Exception:
         HAS_TRITON = False
     if not HAS_TRITON:
         return "V1", "vLLM's default without Triton"
     return "V2", "vLLM's default (V1 for a model using a feature V2 lacks)"
+
+
+def runner_report(forced_v1: bool) -> dict[str, Any]:
+    """doctor's record: the runner the workers will use, and the V2 names read."""
+    workers, why = workers_runner()
+    if forced_v1:
+        workers, why = "V1", "model_runner_v1 starts the workers on V1"
+    names: list[dict[str, Any]] = []
+    if has_v2():
+        try:
+            names = [{"name": n, "present": p, "found": f} for n, p, f in v2_names()]
+        except Exception as exc:
+            names = [{"name": V2_RUNNER, "present": False, "found": f"{type(exc).__name__}: {exc}"}]
+    return {"workers": workers, "why": why, "v2_names": names}

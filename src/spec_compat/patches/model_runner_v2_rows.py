@@ -56,7 +56,7 @@ def probe(module: ModuleType) -> Verdict:
             )
         return Verdict(Need.UNKNOWN, seen, "V2 is the only runner and its batch map changed")
     if hasattr(extension, SET_METADATA) and not stock_mentions(module, V1_ORDER):
-        return Verdict(Need.UNKNOWN, seen, f"the stock 0.4.x bookkeeping no longer reads {V1_ORDER}")
+        return Verdict(Need.UNKNOWN, seen, f"the stock 0.4.x bookkeeping lacks {V1_ORDER}")
     return Verdict(
         Need.NEEDED, seen, "V2 sorts each step; the stock code attributes rows in V1's order"
     )

@@ -17,10 +17,11 @@ How: the model's own forward runs, asked through ``SupportsEagle3.set_aux_hidden
     the capture is exact by construction (native decoders and the transformers backend
     alike); only ``hidden_states`` goes on, and each step's rows go to the stock code in
     the order the driver scheduled their requests (on Model Runner V2, which sorts each
-    step, through ``model_runner_v2_rows``'s map of the step; refused without it).  Releases whose models record aux states only
-    before each layer never emit the id past the last layer; that state is then taken as it
-    enters the final norm (``hidden_states + residual``).  Each step's states are stored in
-    the caller's order, a repeated id repeated.  A model without ``SupportsEagle3`` raises
+    step, through ``model_runner_v2_rows``'s map of the step; refused without it).
+    Releases whose models record aux states only before each layer never emit the id past
+    the last layer; that state is then taken as it enters the final norm
+    (``hidden_states + residual``).  Each step's states are stored in the caller's order,
+    a repeated id repeated.  A model without ``SupportsEagle3`` raises
     ``CaptureUnsupported`` (the driver refuses it earlier, from ``config.json``).
 Upstream change: none in vLLM; the stock loop was always a copy of one model's forward.
 Remove when: speculators captures through vLLM's aux hidden states (0.5+ uses vLLM's
