@@ -233,37 +233,6 @@ def test_calls_are_cut_by_prompt_count_and_by_free_kv_blocks():
     assert cut([5, 500, 5], 32, 4, [16]) == [range(0, 1), range(1, 2), range(2, 3)]
 
 
-def test_model_runner_v1_refuses_a_vllm_without_v1(monkeypatch):
-    """vLLM 0.34 removed Model Runner V1 and its setting: no setting must not read as
-    'V1 only' there (0.3.0 would return misattributed states)."""
-    import importlib.util
-
-    import vllm.envs as envs
-
-    from spec_compat.gates import Need
-    from spec_compat.patches import model_runner_v1
-
-    real_find_spec = importlib.util.find_spec
-    v1_present = {"yes": True}
-
-    def find_spec(name, *args):
-        if name == model_runner_v1.V1_RUNNER:
-            return real_find_spec("vllm") if v1_present["yes"] else None
-        return real_find_spec(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    knobs = dict(getattr(envs, "environment_variables", {}))
-    knobs.pop(model_runner_v1.KNOB, None)
-    monkeypatch.setattr(envs, "environment_variables", knobs, raising=False)
-    assert model_runner_v1.probe(None).need is Need.NOT_NEEDED  # before V2 existed
-    knobs[model_runner_v1.KNOB] = lambda: None
-    assert model_runner_v1.probe(None).need is Need.NEEDED  # V1 and V2, V1 selectable
-    v1_present["yes"] = False
-    knobs.pop(model_runner_v1.KNOB)
-    verdict = model_runner_v1.probe(None)
-    assert verdict.need is Need.UNKNOWN and "removed Model Runner V1" in verdict.found
-
-
 STOCK_SCHEDULER = """
 from vllm.v1.core.sched.scheduler import Scheduler
 

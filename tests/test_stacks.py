@@ -24,20 +24,30 @@ RELIED_ON = [
     ("generate_checks", "generate_recovery", "recovery sees every failure"),
     ("v04_batches_of_max_num_seqs", "generate_recovery", "recovery sees every failure"),
     ("worker_eagle3_capture", "shm_transport_worker", "the stock class's method, inherited"),
+    ("worker_eagle3_capture", "model_runner_v2_rows", "it subclasses the capture's class"),
+    ("model_runner_v2_rows", "shm_transport_worker", "the transport stores ordered metadata"),
+    ("scheduler_finished_requests_kept", "scheduler_rebuild", "a rebuilt scheduler keeps it"),
     ("kv_cache_config_specs", "kv_cache_hybrid_plan", "it wraps that patch's adapter"),
     ("engine_batch_defaults", "v030_whole_prompt_prefill", "it reads the chunked prefill set"),
 ]
 
-#: every stack as it was applied before the order came from declarations (issue 35)
+#: every stack as it is applied (the order came from declarations; a new patch adds itself)
 TODAY = {
     "vllm_hidden_states_generator.CacheConfig": [
         "cache_config_prefix_caching",
+        "cache_config_extensible_kv_cache",
         "cpu_attention_block_size",
     ],
     "vllm_hidden_states_generator.SchedulerConfig": [
         "scheduler_config_initvars",
         "engine_batch_defaults",
         "v030_whole_prompt_prefill",
+    ],
+    "vllm_hidden_states_generator.Scheduler": [
+        "scheduler_block_size",
+        "scheduler_kv_cache_view",
+        "scheduler_finished_requests_kept",
+        "scheduler_rebuild",
     ],
     "vllm_hidden_states_generator.VllmHiddenStatesGenerator.__init__": [
         "request_block_hashes_off",
@@ -62,7 +72,11 @@ TODAY = {
         "generate_recovery",
         "driver_copy_threads",
     ],
-    "custom_worker.HiddenStatesWorkerExtension": ["worker_eagle3_capture", "shm_transport_worker"],
+    "custom_worker.HiddenStatesWorkerExtension": [
+        "worker_eagle3_capture",
+        "model_runner_v2_rows",
+        "shm_transport_worker",
+    ],
 }
 
 

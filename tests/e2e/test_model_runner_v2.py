@@ -50,8 +50,21 @@ def test_the_workers_ran_model_runner_v2_with_its_row_patch(v2_battery):
     assert patches.get("model_runner_v2_rows") == "applied", patches
 
 
+#: calls whose prompts 0.4.x prefills over several steps (chunks of one prompt in two steps):
+#: V2 feeds vLLM's CPU attention a continued chunk otherwise than V1 does, so those rows
+#: round differently (measured: 3 of 96 layer states, 2.0e-07 relative at worst, from the
+#: first row of a continued chunk on), not bitwise; every other row and call is
+CHUNKED = {"0.4": {"long prompts"}}
+#: V2 against V1 where a chunk continues: vLLM's float32 rounding, far below the oracle's
+#: 1e-5 and 10^5 below a row of another prompt (~1)
+CHUNK_ROUNDING = 1e-6
+
+
 @pytest.mark.parametrize("call", EXACT_CALLS)
-def test_v2_matches_the_oracle_and_v1_bitwise(call, v2_battery, patched_battery, llama_oracle):
+def test_v2_matches_the_oracle_and_v1_bitwise(
+    line, call, v2_battery, patched_battery, llama_oracle
+):
+    chunked = call in CHUNKED.get(line[:3], set())
     keep = battery.KEPT_TOKENS
     prompts = [p[:keep] for p in v2_battery.calls[call]]
     got, on_v1 = v2_battery.results(call), patched_battery.results(call)
@@ -63,7 +76,11 @@ def test_v2_matches_the_oracle_and_v1_bitwise(call, v2_battery, patched_battery,
         assert len(result["hidden_states"]) == len(V2_LAYERS)
         for state, layer in zip(result["hidden_states"], V2_LAYERS, strict=True):
             k = LAYERS.index(layer)
-            assert state.equal(v1["hidden_states"][k]), f"{call}: prompt {n} layer {layer}"
+            on_v1_state = v1["hidden_states"][k]
+            if chunked:
+                assert relative_error(state, on_v1_state) <= CHUNK_ROUNDING, (call, n, layer)
+            else:
+                assert state.equal(on_v1_state), f"{call}: prompt {n} layer {layer}"
             worst = max(worst, relative_error(state, reference[k]))
     assert worst <= TOLERANCE, f"{call}: {worst:.2e}"
 
