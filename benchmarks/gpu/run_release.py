@@ -38,10 +38,22 @@ def save(summary: dict) -> None:
     (OUT / "release.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
-def extract(line: str, model: Path, prompts: list[list[int]], dtype: str, work: Path) -> dict:
-    """The stock extractor of `line` in its own process; its results, or its log tail."""
-    spec = work / f"spec-{line}-{dtype}.json"
-    out = work / f"states-{line}-{dtype}.pt"
+def extract(
+    line: str,
+    model: Path,
+    prompts: list[list[int]],
+    dtype: str,
+    work: Path,
+    mode: str = "extract",
+    one_a_call: bool = False,
+    exclude: str = "",
+) -> dict:
+    """The stock extractor of `line` (or, `mode="native"`, vLLM's own aux states of each
+    prompt alone) in its own process; its results, or its log tail.  `exclude`: patches
+    left out (SPEC_COMPAT_EXCLUDE), to show what one fixes."""
+    tag = f"{mode}-{line}-{dtype}-{int(one_a_call)}-{exclude}"
+    spec = work / f"spec-{tag}.json"
+    out = work / f"states-{tag}.pt"
     spec.write_text(
         json.dumps(
             {
@@ -52,7 +64,7 @@ def extract(line: str, model: Path, prompts: list[list[int]], dtype: str, work: 
                 "tensor_parallel_size": 1,
                 # CALLS=one: a prompt a call (no batch order to get wrong), else one call
                 "calls": [[i] for i in range(len(prompts))]
-                if os.environ.get("CALLS") == "one"
+                if one_a_call or os.environ.get("CALLS") == "one"
                 else [list(range(len(prompts)))],
                 "attention_backend": None,
                 "dtype": dtype,  # the engine's (spec_compat.reference; SC_DTYPE before)
@@ -62,9 +74,10 @@ def extract(line: str, model: Path, prompts: list[list[int]], dtype: str, work: 
     )
     paths = [ROOT / "src", KIT / "site" / f"speculators-{line}", KIT / "site", KIT / "torchsite"]
     env = os.environ | {"PYTHONPATH": os.pathsep.join(map(str, paths)), "SC_DTYPE": dtype}
+    env["SPEC_COMPAT_EXCLUDE"] = exclude
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "spec_compat.reference", "extract", str(spec)],
+        [sys.executable, "-m", "spec_compat.reference", mode, str(spec)],
         env=env,
         capture_output=True,
         text=True,
@@ -80,6 +93,14 @@ def extract(line: str, model: Path, prompts: list[list[int]], dtype: str, work: 
     import torch
 
     data = torch.load(out)
+    if mode == "native":  # [[state per layer] per prompt]
+        data = {
+            "results": [
+                {"input_ids": torch.tensor(p), "hidden_states": h}
+                for p, h in zip(prompts, data, strict=True)
+            ]
+        }
+    runner = "V2" if "V2 Model Runner" in proc.stderr + proc.stdout else "V1 or unsaid"
     backend = sorted(
         {
             ln.split("Using ")[-1]
@@ -87,7 +108,12 @@ def extract(line: str, model: Path, prompts: list[list[int]], dtype: str, work: 
             if "backend" in ln and "Using " in ln
         }
     )
-    return {"results": data["results"], "seconds": seconds, "backend_lines": backend[-4:]}
+    return {
+        "results": data["results"],
+        "seconds": seconds,
+        "backend_lines": backend[-4:],
+        "runner": runner,
+    }
 
 
 def main() -> None:
@@ -100,6 +126,8 @@ def main() -> None:
     steps = os.environ.get("STEPS", "tiny,harness").split(",")
     if "tiny" in steps:
         tiny(summary)
+    if "native" in steps:
+        native_parity(summary)
     if "harness" in steps:
         harness(summary)
     if "hybrid" in steps:
@@ -137,6 +165,70 @@ def tiny(summary: dict) -> None:
             save(summary)
     summary["bf16_noise_transformers"] = bf16_noise(model, prompts, expected)
     save(summary)
+
+
+def bitwise(a: list[dict], b: list[dict]) -> dict:
+    """How two runs' states compare: equal tensors, and the worst relative difference."""
+    from spec_compat.rehearsal import relative_error
+
+    pairs = [
+        (x, y)
+        for ra, rb in zip(a, b, strict=True)
+        for x, y in zip(ra["hidden_states"], rb["hidden_states"], strict=True)
+    ]
+    equal = sum(bool(x.equal(y)) for x, y in pairs)
+    worst = max(relative_error(y.float(), x.float()) for x, y in pairs)
+    return {"equal_states": f"{equal}/{len(pairs)}", "max_relative_difference": worst}
+
+
+def native_parity(summary: dict) -> None:
+    """Step "native" (vLLM 0.34, Model Runner V2): each line's stock extractor against
+    vLLM's own EAGLE-3 aux states of each prompt alone (spec_compat.reference native),
+    bitwise, a prompt a call and all prompts in one call, in float32 and bf16; and each
+    line without `cache_config_extensible_kv_cache`, to show what it fixes."""
+    from e2e import tiny_models
+    from spec_compat import rehearsal
+    from spec_compat.reference import oracle
+
+    work = Path(tempfile.mkdtemp(prefix="native-"))
+    model = tiny_models.build_llama(work / "tiny-llama")
+    prompts = tiny_models.random_prompts(14, 2, 255)
+    expected = oracle(model, prompts, LAYERS)
+    lines = os.environ.get("LINES", "0.3.0,0.4.0.1").split(",")
+    for dtype in os.environ.get("DTYPES", "float32,bfloat16").split(","):
+        native = extract("0.4.0.1", model, prompts, dtype, work, mode="native")
+        if "results" not in native:
+            summary[f"native {dtype}"] = native
+            save(summary)
+            continue
+        summary[f"native {dtype} vs transformers"] = rehearsal.worst_error(
+            native["results"], prompts, expected, tolerance=1.0
+        )[0]
+        for line in lines:
+            for one in (True, False):
+                run = extract(line, model, prompts, dtype, work, one_a_call=one)
+                key = f"{line} {dtype} {'a prompt a call' if one else 'one call'} vs native"
+                record = {k: v for k, v in run.items() if k != "results"}
+                if "results" in run:
+                    record |= bitwise(run["results"], native["results"])
+                    record["vs transformers"] = rehearsal.worst_error(
+                        run["results"], prompts, expected, tolerance=1.0
+                    )[0]
+                summary[key] = record
+                print(key, record, flush=True)
+                save(summary)
+    for line in lines:  # without the fix: the stock engine's extensible KV cache
+        run = extract(
+            line, model, prompts, "float32", work, exclude="cache_config_extensible_kv_cache"
+        )
+        record = {k: v for k, v in run.items() if k != "results"}
+        if "results" in run:
+            record["vs transformers"] = rehearsal.worst_error(
+                run["results"], prompts, expected, tolerance=1.0
+            )[0]
+        summary[f"{line} float32 without cache_config_extensible_kv_cache"] = record
+        print(line, "without the extensible-KV fix:", record, flush=True)
+        save(summary)
 
 
 def harness(summary: dict) -> None:

@@ -31,6 +31,7 @@ def interrupted_calls(speculators_dir, model, points: int, **options) -> dict:
         LAYERS,
         max_model_len=battery.MAX_MODEL_LEN,
         exclude=options.pop("exclude", None),
+        env=options.pop("env", None),
         extra={"interrupt_points": points} | options,
         timeout=1200,
     )
