@@ -93,6 +93,7 @@ def test_v2_refuses_what_v1_refuses(v2_battery, patched_battery):
         assert on_v2.split(":")[0] == on_v1.split(":")[0], (call, on_v2, on_v1)
 
 
+@pytest.mark.exhaustive  # its own extractor start on V2: the exclusion proofs run there
 def test_without_the_row_patch_v2_is_refused_not_misattributed(speculators_dir, tiny_llama):
     """model_runner_v2_rows excluded: the capture refuses V2's sorted rows, naming the
     patch, on both lines (never the states of other prompts)."""
