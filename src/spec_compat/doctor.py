@@ -186,8 +186,8 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
         report.patches = [r for _, r in REGISTRY.decide_all(loaded)]
     else:
         report.patches = status()
-    report.stacks = described(REGISTRY.stacks(), {r.name: r.state for r in report.patches})
     states = {r.name: r.state for r in report.patches}
+    report.stacks = described(REGISTRY.stacks(), states)
     forced_v1 = states.get("model_runner_v1") is State.APPLIED
     report.model_runner = runner_report(forced_v1 and not no_patches)
     applied = [REGISTRY.patches[r.name] for r in report.patches if r.state is State.APPLIED]

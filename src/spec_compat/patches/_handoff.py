@@ -72,29 +72,28 @@ class StepRowsUnsupported(RuntimeError):
 class StepRows:
     """model_runner_v2_rows -> worker_eagle3_capture -> model_runner_v2_rows: the map of the
     step a V2 runner is running, from the runner's own `prepare_inputs` (its `InputBatch`:
-    `req_ids[i]` owns rows `query_start_loc_np[i]:[i + 1]`), and the order in which the
-    driver's scheduler scheduled those requests.  The capture hands the stock code each
-    step's rows in the scheduler's order (`arrange`); the stock 0.4.x bookkeeping reads that
-    order back (`handed`).  Kept on the worker (``names.STEP_ROWS``) and on the capture."""
+    `req_ids[i]` owns rows `query_start_loc_np[i]:[i + 1]`), and the driver's schedule of
+    that step (requests in the order its scheduler scheduled them, with their tokens).  The
+    capture hands the stock code each step's rows in the scheduler's order (`arrange`); the
+    stock 0.4.x bookkeeping reads that order back (`handed`).  Kept on the worker
+    (``names.STEP_ROWS``), where the capture finds it through its extension."""
 
     def __init__(self, runner: Any) -> None:
         self.runner = runner
-        self.step: tuple[list[str], dict[str, int], Any] | None = None  # the prepared step
+        self.step: tuple[dict[str, int], Any] | None = None  # the prepared step's schedule, map
         self.handed: list[tuple[str, int]] | None = None  # (request, rows) last handed on
 
     @staticmethod
     def on(holder: Any) -> StepRows | None:
         return getattr(holder, STEP_ROWS, None)
 
-    def keep(self, *holders: Any) -> StepRows:
-        for holder in holders:
-            setattr(holder, STEP_ROWS, self)
+    def keep(self, holder: Any) -> StepRows:
+        setattr(holder, STEP_ROWS, self)
         return self
 
     def record(self, scheduler_output: Any, batch: Any) -> None:
         """`prepare_inputs` returned `batch` for `scheduler_output`: the step about to run."""
-        scheduled = dict(scheduler_output.num_scheduled_tokens)
-        self.step = (list(scheduled), scheduled, batch)
+        self.step = (dict(scheduler_output.num_scheduled_tokens), batch)
 
     def arrange(self, states: list[Any], rows: int) -> list[Any]:
         """This step's per-layer states (`rows` rows each, in the runner's batch order),
@@ -104,23 +103,25 @@ class StepRows:
                 "a forward with no step prepared by the runner (a dummy or profile run while "
                 "states are captured): its rows belong to no request"
             )
-        order, scheduled, batch = self.step
+        scheduled, batch = self.step
         self.step = None
-        where = self._refusal(batch, scheduled, rows)
-        if where:
-            raise StepRowsUnsupported(f"Model Runner V2 step not attributable: {where}")
         bounds = [int(b) for b in batch.query_start_loc_np[: len(batch.req_ids) + 1]]
         block = {r: (bounds[i], bounds[i + 1]) for i, r in enumerate(batch.req_ids)}
-        self.handed = [(r, scheduled[r]) for r in order]
-        if list(batch.req_ids) == order:
+        where = self._refusal(batch, scheduled, block, rows)
+        if where:
+            raise StepRowsUnsupported(f"Model Runner V2 step not attributable: {where}")
+        self.handed = list(scheduled.items())
+        if list(batch.req_ids) == list(scheduled):
             return states
         import torch
 
-        index = torch.cat([torch.arange(*block[r]) for r in order]).to(states[0].device)
+        index = torch.cat([torch.arange(*block[r]) for r in scheduled]).to(states[0].device)
         done: dict[int, Any] = {}  # a repeated layer id is one tensor: reorder it once
         return [done.setdefault(id(s), s.index_select(0, index)) for s in states]
 
-    def _refusal(self, batch: Any, scheduled: dict[str, int], rows: int) -> str:
+    def _refusal(
+        self, batch: Any, scheduled: dict[str, int], block: dict[str, tuple[int, int]], rows: int
+    ) -> str:
         if batch.num_draft_tokens:
             return f"{batch.num_draft_tokens} draft tokens in the step"
         if getattr(self.runner, "pcp_manager", None) is not None:
@@ -132,8 +133,7 @@ class StepRows:
             )
         if rows != batch.num_tokens:
             return f"{rows} captured rows for a step of {batch.num_tokens} tokens"
-        bounds = batch.query_start_loc_np[: len(batch.req_ids) + 1]
-        counts = {r: int(bounds[i + 1] - bounds[i]) for i, r in enumerate(batch.req_ids)}
+        counts = {r: end - start for r, (start, end) in block.items()}
         if counts != scheduled:
             return f"the batch's rows per request {counts} differ from the schedule {scheduled}"
         return ""
