@@ -64,3 +64,37 @@ def test_row_reasons_carry_no_machine_paths():
     assert compat_report.portable(reason) == (
         "cannot import name 'x' from 'm' (vllm/v1/fa_utils.py); 'KimiK3ForConditionalGeneration'"
     )
+
+
+def test_the_generated_tables_and_the_readme_claim_are_current():
+    """Every file the generator writes is what it writes now: a cell proven before the last
+    change to the patches, the capture or the transport reads stale, and the README's claim
+    counts current cells only (regenerate: python tools/compat_report.py)."""
+    behind = {
+        str(path.relative_to(compat_report.ROOT))
+        for path, text in compat_report.outputs(compat_report.load(None)).items()
+        if path.read_text() != text
+    }
+    assert not behind, f"not current: {sorted(behind)}; run python tools/compat_report.py"
+
+
+def test_a_cell_is_current_only_at_or_after_the_last_change_it_proves(monkeypatch):
+    head = compat_report.git("rev-parse", "HEAD")
+    first = compat_report.git("rev-list", "--max-parents=0", "HEAD").splitlines()[0]
+    monkeypatch.setattr(compat_report, "watched_change", lambda: head)
+    assert compat_report.staleness({"commit": head}) is None
+    assert "before" in compat_report.staleness({"commit": first})
+    assert "uncommitted" in compat_report.staleness({"commit": head, "uncommitted": True})
+    assert "before commits were recorded" in compat_report.staleness({})
+    monkeypatch.setattr(compat_report, "watched_change", lambda: None)
+    assert "uncommitted changes" in compat_report.staleness({"commit": head})
+
+
+def test_failure_records_are_one_line_reasons():
+    traceback = (
+        "self = <x>\n    def test():\n>       assert worst <= TOLERANCE\n"
+        "E       AssertionError: assert 1.06 <= 1e-05\n\n"
+        "/work/main/tests/e2e/test_model_families.py:135: AssertionError"
+    )
+    record = {"outcome": "failed", "detail": traceback}
+    assert compat_report.reason_of(record) == "AssertionError: assert 1.06 <= 1e-05"

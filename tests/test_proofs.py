@@ -33,8 +33,31 @@ def test_each_record_reads_as_proven_failed_or_unproven(monkeypatch):
     assert proofs.proof("A", "0.16.0", "0.5.0").state == "unproven"  # no such line
 
 
-def test_the_shipped_table_is_the_sweeps_records():
-    records = json.loads((ROOT / "docs" / "architectures.json").read_text())
-    assert json.loads(proofs.PROOFS.read_text()) == proofs.table_from_records(records), (
-        "src/spec_compat/proofs.json is stale: python tools/compat_report.py --sweep DIR"
+def test_the_shipped_table_is_the_sweeps_and_the_matrixs_records():
+    sweep = json.loads((ROOT / "docs" / "architectures.json").read_text())
+    matrix = json.loads((ROOT / "supported_versions.json").read_text())["results"]
+    table = proofs.table_from_records(sweep + proofs.matrix_records(matrix))
+    assert json.loads(proofs.PROOFS.read_text()) == table, (
+        "src/spec_compat/proofs.json is stale: python tools/compat_report.py"
     )
+
+
+def test_matrix_records_read_as_proofs_and_a_failure_outranks_an_exact_record(monkeypatch):
+    matrix = [
+        {"vllm": "0.13.0", "speculators": "0.3.0", "architecture": "Q", "status": "refused",
+         "outcome": "skipped", "reason": "vLLM 0.13.0+cpu's kernel for RMSNorm disagrees"},
+        {"vllm": "0.13.0", "speculators": "0.4.0.1", "architecture": "Q", "status": "fail",
+         "outcome": "failed", "max_relative_error": 1.06, "reason": "AssertionError"},
+        {"vllm": "0.13.0", "speculators": "0.3.0", "architecture": "L", "status": "pass",
+         "outcome": "passed", "reference": "vllm"},
+        {"vllm": "0.34.0", "speculators": "0.3.0", "status": "doctor ok", "outcome": "doctor"},
+    ]  # fmt: skip
+    sweep = [{"architecture": "Q", "vllm": "0.13.0", "line": "0.3.0", "state": "exact"}]
+    table = proofs.table_from_records(proofs.matrix_records(matrix) + sweep)
+    monkeypatch.setattr(proofs, "_table", lambda: table)
+    refused = proofs.proof("Q", "0.13.0+cpu", "0.3.0")
+    assert (refused.state, refused.measured) == ("failed", "refused")
+    assert "RMSNorm" in refused.detail
+    assert proofs.proof("Q", "0.13.0", "0.4.0.1").measured == "mismatch"
+    assert proofs.proof("L", "0.13.0", "0.3.0").measured == "exact vs vLLM"
+    assert "0.34.0" not in table

@@ -26,6 +26,8 @@ RELIED_ON = [
     ("worker_eagle3_capture", "shm_transport_worker", "the stock class's method, inherited"),
     ("worker_eagle3_capture", "model_runner_v2_rows", "it subclasses the capture's class"),
     ("model_runner_v2_rows", "shm_transport_worker", "the transport stores ordered metadata"),
+    ("worker_eagle3_capture", "worker_kernel_check", "it checks the model the capture set up"),
+    ("worker_kernel_check", "model_runner_v2_rows", "a method of the class it subclasses"),
     ("scheduler_finished_requests_kept", "scheduler_rebuild", "a rebuilt scheduler keeps it"),
     ("kv_cache_config_specs", "kv_cache_hybrid_plan", "it wraps that patch's adapter"),
     ("engine_batch_defaults", "v030_whole_prompt_prefill", "it reads the chunked prefill set"),
@@ -74,6 +76,7 @@ TODAY = {
     ],
     "custom_worker.HiddenStatesWorkerExtension": [
         "worker_eagle3_capture",
+        "worker_kernel_check",
         "model_runner_v2_rows",
         "shm_transport_worker",
     ],

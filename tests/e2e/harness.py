@@ -307,3 +307,13 @@ def refusal_reason(log: str) -> str | None:
         if marker in line:
             return " ".join(x.strip() for x in lines[i : i + 4])
     return None
+
+
+def kernel_refusal(log: str) -> str | None:
+    """worker_kernel_check's refusal (a vLLM kernel that disagrees with its own reference)
+    in a failed run's log, as one line; None for anything else."""
+    marker = "disagrees with vLLM's own reference"
+    line = next((x for x in log.splitlines() if marker in x), None)
+    if line is None:
+        return None
+    return line[line.index("vLLM ") : line.index("nothing was stored")].strip()

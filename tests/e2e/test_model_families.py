@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -12,10 +13,12 @@ from .conftest import LAYERS
 from .harness import (
     TOLERANCE,
     compare,
+    kernel_refusal,
     native_reference,
     oracle,
     outcome,
     patched_and_stock_with_a_small_kv_cache,
+    relative_error,
     run_stock,
 )
 
@@ -116,6 +119,10 @@ def run_family(name: str, speculators_dir, model, prompts, **kwargs):
     )
 
 
+def architecture_of(model) -> str:
+    return json.loads((model / "config.json").read_text())["architectures"][0]
+
+
 def max_error(run, prompts, expected) -> float:
     return max(
         compare(results, [prompts[i] for i in call], [expected[i] for i in call])
@@ -161,7 +168,22 @@ def family_oracle(family, family_model, family_prompts):
 def test_family_matches_the_oracle(
     family, speculators_dir, family_model, family_prompts, family_oracle, record_property
 ):
+    record_property("architecture", architecture_of(family_model))
     run = run_family(family, speculators_dir, family_model, family_prompts)
+    if run.data is None and (refusal := kernel_refusal(run.log)):
+        # the refusal must be right: vLLM's own aux states differ from the model as well
+        assert FAMILIES[family].reference == "transformers", refusal
+        native = native_reference(family_model, family_prompts, LAYERS, **extractor_options(family))
+        off = max(
+            relative_error(got, want)
+            for per_prompt, expected in zip(native, family_oracle, strict=True)
+            for got, want in zip(per_prompt, expected, strict=True)
+        )
+        record_property("family", family)
+        record_property("refusal", refusal)
+        record_property("native_relative_error", off)
+        assert off > TOLERANCE, f"refused, yet vLLM's own states are exact ({off:.1e})"
+        pytest.xfail(f"refused: {refusal} (vLLM's own aux states: {off:.2g} off)")
     worst = max_error(run, family_prompts, family_oracle)
     record_property("family", family)
     record_property("reference", FAMILIES[family].reference)

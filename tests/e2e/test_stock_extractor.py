@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -26,8 +28,10 @@ def patch_states(run) -> dict[str, str]:
 
 
 def test_patched_stock_extractor_matches_the_oracle(
-    patched_battery, short_prompts, short_oracle, record_property
+    patched_battery, short_prompts, short_oracle, tiny_llama, record_property
 ):
+    config = json.loads((tiny_llama / "config.json").read_text())
+    record_property("architecture", config["architectures"][0])
     patched_run = patched_battery.run
     if patched_run.data is None and (refusal := refusal_reason(patched_run.log)):
         record_property("refusal", refusal)

