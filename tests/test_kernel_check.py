@@ -37,7 +37,9 @@ def test_a_kernel_that_misreads_its_input_is_refused_naming_the_op(rms_norm):
     kernel = misreading_kernel(rms_norm)
     rms_norm._forward_method = check.checked(rms_norm, "model.layers.0.self_attn.q_norm", kernel)
     qkv = torch.randn(5, 8 * 32)
-    with pytest.raises(check.KernelDisagrees, match="RMSNorm at model.layers.0.self_attn.q_norm"):
+    with pytest.raises(
+        check.KernelDisagrees, match=r"RMSNorm at model\.layers\.0\.self_attn\.q_norm"
+    ):
         rms_norm(qkv[:, :128].view(5, 4, 32))  # Qwen3's q: a view into the fused qkv
 
 
@@ -67,3 +69,10 @@ def test_outputs_of_another_shape_are_not_compared():
     assert check.relative_error(a, torch.ones(4, 3)) is None
     assert check.relative_error(a, (a, a)) is None
     assert check.relative_error(torch.ones(3, dtype=torch.int64), torch.ones(3)) is None
+
+
+def test_values_that_are_not_finite_in_both_are_left_out_and_elsewhere_disagree():
+    nan = float("nan")
+    a, b = torch.tensor([1.0, nan, 2.0]), torch.tensor([1.0, nan, 2.0])
+    assert check.relative_error(a, b) == 0.0  # a warm-up's garbage rows, in both
+    assert check.relative_error(a, torch.tensor([1.0, 0.0, 2.0])) == float("inf")

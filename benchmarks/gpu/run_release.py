@@ -8,7 +8,10 @@ unpacked the kit of stage_vllm.sh:
 2. `benchmarks/gpu/run_h200.py` roles B-shm and N on the harness model (random 0.85 B
    Llama, bf16, 256 prompts): B against vLLM's native extraction, bitwise;
 3. "hybrid" (`hybrid_rehearsals.py`): `spec_compat rehearse` on every IsHybrid and
-   SupportsEagle3 class of the installed vLLM, each line, against vLLM's own aux states.
+   SupportsEagle3 class of the installed vLLM, each line, against vLLM's own aux states;
+4. "families": the test suite's tiny families (FAMILIES, default Qwen3, Qwen3-MoE,
+   DeepSeek-V3, gpt-oss) through each line's stock extractor, with vLLM's CUDA kernels under
+   `worker_kernel_check`, against vLLM's own aux states (bitwise) and transformers float32.
 
 Writes $OUT/release.json as it goes.  STEPS ("tiny,harness" by default; "hybrid"), DTYPES
 and LINES select; a warm machine's next call can run a step the last one left out (the kit
@@ -130,6 +133,8 @@ def main() -> None:
         native_parity(summary)
     if "harness" in steps:
         harness(summary)
+    if "families" in steps:
+        families(summary)
     if "hybrid" in steps:
         import hybrid_rehearsals
 
@@ -228,6 +233,39 @@ def native_parity(summary: dict) -> None:
             summary[key] = record
             print(key, record, flush=True)
             save(summary)
+
+
+def families(summary: dict) -> None:
+    """Step "families": each tiny family, each line, one call of all prompts, against vLLM's
+    own aux states of each prompt alone and against transformers float32."""
+    from e2e import tiny_models
+    from spec_compat.reference import oracle
+
+    work = Path(tempfile.mkdtemp(prefix="families-"))
+    prompts = tiny_models.random_prompts(12, 2, 150, seed=11)
+    lines = os.environ.get("LINES", "0.3.0,0.4.0.1").split(",")
+    wanted = os.environ.get("FAMILIES", "qwen3,qwen3_moe,deepseek_v3,gpt_oss").split(",")
+    for family in wanted:
+        model = tiny_models.BUILDERS[family](work / f"tiny-{family}")
+        expected = oracle(model, prompts, LAYERS)
+        for dtype in os.environ.get("DTYPES", "float32,bfloat16").split(","):
+            native = extract("0.4.0.1", model, prompts, dtype, work, mode="native")
+            key = f"{family} {dtype}"
+            summary[f"{key} native"] = {k: v for k, v in native.items() if k != "results"}
+            if "results" in native:
+                summary[f"{key} native"]["vs transformers"] = against(
+                    native["results"], prompts, expected
+                )
+            for line in lines:
+                run = extract(line, model, prompts, dtype, work)
+                record = {k: v for k, v in run.items() if k != "results"}
+                if "results" in run:
+                    if "results" in native:
+                        record |= bitwise(run["results"], native["results"])
+                    record["vs transformers"] = against(run["results"], prompts, expected)
+                summary[f"{key} {line}"] = record
+                print(f"{key} {line}: {record}", flush=True)
+                save(summary)
 
 
 def harness(summary: dict) -> None:

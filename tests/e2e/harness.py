@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ __all__ = ["oracle", "relative_error"]  # the tests' reference, shared with `reh
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("run_extractor.py")
 NATIVE_RUNNER = Path(__file__).with_name("run_native.py")
+ERROR_LINE = re.compile(r"\b[A-Z]\w*(Error|Exception|Unsupported|Disagrees|Drift)\b: .*")
 #: The oracle tolerance: max |vllm - transformers| / max |transformers|, per layer, float32.
 TOLERANCE = 1e-5
 
@@ -50,8 +52,16 @@ class Run:
 
     @property
     def results(self) -> list[list[dict[str, Any]]]:
-        assert self.data is not None, f"extractor failed (exit {self.returncode}):\n{self.tail}"
+        assert self.data is not None, (
+            f"extractor failed (exit {self.returncode}): {self.error}\n{self.tail}"
+        )
         return self.data["results"]
+
+    @property
+    def error(self) -> str:
+        """The last exception line of the log (a worker's, without its log prefix)."""
+        found = [m.group(0) for m in map(ERROR_LINE.search, self.log.splitlines()) if m]
+        return found[-1] if found else "no exception in the log"
 
     @property
     def tail(self) -> str:
@@ -317,3 +327,12 @@ def kernel_refusal(log: str) -> str | None:
     if line is None:
         return None
     return line[line.index("vLLM ") : line.index("nothing was stored")].strip()
+
+
+def model_refusal(log: str) -> str | None:
+    """capture_model_check's refusal before loading (`UnsupportedModel`), as one line."""
+    marker = "UnsupportedModel: "
+    line = next((x for x in log.splitlines() if marker in x), None)
+    if line is None:
+        return None
+    return line[line.index(marker) + len(marker) :].split(" (Refused before loading")[0]
