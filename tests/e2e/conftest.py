@@ -129,7 +129,9 @@ def failure_reason(report) -> str:
     """A failed or skipped result in one line (the exception, never a traceback)."""
     if report.passed:
         return ""
-    if report.skipped:
+    if hasattr(report, "wasxfail"):
+        return report.wasxfail.removeprefix("reason: ")
+    if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     return (crash.message if crash else str(report.longrepr)).splitlines()[0][:300]
@@ -160,9 +162,6 @@ def pytest_runtest_makereport(item, call):
             "date": datetime.date.today().isoformat(),
             **proven_at(),
             "architecture": props.get("architecture"),
-            "detail": ""
-            if report.passed
-            else (report.longrepr[2] if report.skipped else str(report.longrepr)[-2000:]),
             "reason": props.get("refusal") or failure_reason(report),
         }
         directory = Path(RESULTS_DIR)

@@ -335,4 +335,5 @@ def model_refusal(log: str) -> str | None:
     line = next((x for x in log.splitlines() if marker in x), None)
     if line is None:
         return None
-    return line[line.index(marker) + len(marker) :].split(" (Refused before loading")[0]
+    text = line[line.index(marker) + len(marker) :].split(" (Refused before loading")[0]
+    return text.split(": ", 1)[1] if text.startswith("/") else text  # not the model's path

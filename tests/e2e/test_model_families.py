@@ -190,7 +190,7 @@ def test_family_matches_the_oracle(
             for got, want in zip(per_prompt, expected, strict=True)
         )
         record_property("family", family)
-        record_property("refusal", refusal)
+        record_property("refusal", f"{refusal} (vLLM's own aux states: {off:.2g} off)")
         record_property("native_relative_error", off)
         assert off > TOLERANCE, f"refused, yet vLLM's own states are exact ({off:.1e})"
         pytest.xfail(f"refused: {refusal} (vLLM's own aux states: {off:.2g} off)")
