@@ -174,8 +174,7 @@ def render_models(records: dict[Key, dict]) -> str:
         "code the cell was proven at; stale: proven before the patches, the capture or "
         "the transport last changed (re-run it: `nox -s \"matrix(vllm='X')\"`).",
         "",
-        "| vLLM | speculators | " + " | ".join(families) + " |",
-        "|---|---|" + "---|" * len(families),
+        *table_head(["vLLM", "speculators", *families]),
     ]
     for v, s in pairs:
         cells = [_cell(records.get((v, s, f))) for f in families]
@@ -308,6 +307,10 @@ def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
     return out
 
 
+def table_head(columns: list[str]) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def _family_reasons(records: dict[Key, dict]) -> list[str]:
     out = []
     na = {(f, r.get("reason", "")) for (_, _, f), r in records.items() if r["status"] == "n/a"}
@@ -344,8 +347,7 @@ def render_families(records: dict[Key, dict]) -> list[str]:
         "1e-5), † against vLLM's own aux states (docs/models.md says why).  Stale cells "
         "prove earlier code.",
         "",
-        "| vLLM | " + " | ".join(families) + " |",
-        "|---|" + "---|" * len(families),
+        *table_head(["vLLM", *families]),
     ]
     for v in versions:
         cells = []
