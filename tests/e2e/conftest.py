@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from . import battery, tiny_models
-from .harness import doctor_report, oracle, speculators_dirs
+from .harness import doctor_report, oracle, proven_at, speculators_dirs
 
 LINES = sorted(speculators_dirs())
 #: decoder layers captured in the tests: 0..3 of a 4-layer model, the last one included
@@ -106,23 +106,6 @@ def patched_run(patched_battery):
 RESULTS_DIR = os.environ.get("SPEC_COMPAT_RESULTS_DIR")
 ORACLE_TEST = "test_patched_stock_extractor_matches_the_oracle"
 FAMILY_TEST = "test_family_matches_the_oracle"
-
-
-def proven_at() -> dict:
-    """The commit a result is proven at, and whether the code it proves had uncommitted
-    changes (tools/compat_report.py marks such a cell stale)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    return {
-        "commit": git("rev-parse", "HEAD") or None,
-        "uncommitted": bool(git("status", "--porcelain", "--", "src")),
-    }
 
 
 def failure_reason(report) -> str:

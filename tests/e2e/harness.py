@@ -337,3 +337,17 @@ def model_refusal(log: str) -> str | None:
         return None
     text = line[line.index(marker) + len(marker) :].split(" (Refused before loading")[0]
     return text.split(": ", 1)[1] if text.startswith("/") else text  # not the model's path
+
+
+def proven_at() -> dict[str, Any]:
+    """The commit a result is proven at, and whether `src/` had uncommitted changes then
+    (tools/compat_report.py renders such a result stale)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "uncommitted": bool(git("status", "--porcelain", "--", "src")),
+    }

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import tiny_models
+from .harness import proven_at
 
 LAYERS = 4
 #: the caller's order, not ascending: states must come back in it
@@ -988,6 +989,6 @@ def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
     for o in outcomes:  # a class that cannot import here keeps the vision environment's
         elsewhere = records.get(o.architecture, {}).get("state", "not run") != "not run"
         if not (elsewhere and "does not import" in o.reason):
-            records[o.architecture] = asdict(o)
+            records[o.architecture] = asdict(o) | proven_at()
     path.write_text(json.dumps(list(records.values()), indent=1))
     return path

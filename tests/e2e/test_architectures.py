@@ -276,11 +276,14 @@ def test_doctor_model_says_what_the_sweep_measured(swept, line):
 
     expected = {"exact": "proven", "exact vs vLLM": "proven", "error": "failed",
                 "mismatch": "failed", "not run": "unproven"}  # fmt: skip
+    shipped = {a: proof(a, str(vllm_version()), line) for a in swept if a != AUTO_KEY}
     disagree = {
-        arch: (o.state, measured)
+        arch: (o.state, shipped[arch])
         for arch, o in swept.items()
         if arch != AUTO_KEY
-        and (measured := proof(arch, str(vllm_version()), line).state) != expected[o.state]
+        and shipped[arch].state != expected[o.state]
+        # an exact record of earlier code reads unproven until the sweep is regenerated
+        and not (shipped[arch].measured == "stale" and expected[o.state] == "proven")
     }
     assert not disagree, disagree
 

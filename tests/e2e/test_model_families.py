@@ -182,11 +182,16 @@ def test_family_matches_the_oracle(
         pytest.xfail(f"refused before loading: {refusal}")
     if run.data is None and (refusal := kernel_refusal(run.log)):
         # the refusal must be right: vLLM's own aux states differ from the model as well
-        assert FAMILIES[family].reference == "transformers", refusal
+        # (transformers float32, also where the cell is otherwise proven against vLLM's own)
         native = native_reference(family_model, family_prompts, LAYERS, **extractor_options(family))
+        model = (
+            family_oracle
+            if FAMILIES[family].reference == "transformers"
+            else oracle(family_model, family_prompts, LAYERS)
+        )
         off = max(
             relative_error(got, want)
-            for per_prompt, expected in zip(native, family_oracle, strict=True)
+            for per_prompt, expected in zip(native, model, strict=True)
             for got, want in zip(per_prompt, expected, strict=True)
         )
         record_property("family", family)
