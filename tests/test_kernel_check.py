@@ -76,3 +76,22 @@ def test_values_that_are_not_finite_in_both_are_left_out_and_elsewhere_disagree(
     a, b = torch.tensor([1.0, nan, 2.0]), torch.tensor([1.0, nan, 2.0])
     assert check.relative_error(a, b) == 0.0  # a warm-up's garbage rows, in both
     assert check.relative_error(a, torch.tensor([1.0, 0.0, 2.0])) == float("inf")
+
+
+def test_a_fused_kernel_that_writes_its_keyword_inputs_is_compared_on_the_inputs_it_got(
+    rms_norm,
+):
+    """Fused add + norm kernels write their inputs in place: the reference runs on copies
+    taken before the kernel, keyword arguments included, so a faithful kernel passes."""
+
+    def in_place_kernel(x, residual=None):
+        reference = type(rms_norm).forward_native(rms_norm, x.clone(), residual.clone())
+        residual.copy_(reference[1])
+        x.copy_(reference[0])
+        return x, residual
+
+    rms_norm._forward_method = check.checked(rms_norm, "norm", in_place_kernel)
+    x, residual = torch.randn(7, 32), torch.randn(7, 32)
+    want = type(rms_norm).forward_native(rms_norm, x.clone(), residual.clone())
+    got = rms_norm(x, residual=residual)
+    assert all(torch.allclose(g, w) for g, w in zip(got, want, strict=True))

@@ -106,13 +106,14 @@ def relative_error(kernel: Any, reference: Any) -> float | None:
     return worst
 
 
-def layout(args: tuple) -> str:
+def layout(args: tuple, kwargs: dict[str, Any]) -> str:
     import torch
 
+    named = [("", a) for a in args] + [(f"{k}=", v) for k, v in kwargs.items()]
     return ", ".join(
-        f"{tuple(a.shape)} {str(a.dtype).removeprefix('torch.')}"
+        f"{name}{tuple(a.shape)} {str(a.dtype).removeprefix('torch.')}"
         + ("" if a.is_contiguous() else f" non-contiguous (strides {a.stride()})")
-        for a in args
+        for name, a in named
         if isinstance(a, torch.Tensor)
     )
 
@@ -143,11 +144,13 @@ def checked(op: Any, path: str, kernel: Any) -> Any:
         calls += 1
         if calls >= CHECKED_CALLS:
             op._forward_method = kernel
-        seen = layout(args)
+        seen = layout(args, kwargs)
+        # copies before the kernel runs: fused kernels (add + norm) write their inputs
         copies = tuple(_copy(a) for a in args)
+        keyword_copies = {k: _copy(v) for k, v in kwargs.items()}
         output = kernel(*args, **kwargs)
         try:
-            reference = type(op).forward_native(op, *copies, **kwargs)
+            reference = type(op).forward_native(op, *copies, **keyword_copies)
         except Exception:  # no reference for this call: nothing to check against
             return output
         error = relative_error(output, reference)
