@@ -109,3 +109,42 @@ def test_failure_records_are_one_line_reasons():
     )
     record = {"outcome": "failed", "detail": traceback}
     assert compat_report.reason_of(record) == "AssertionError: assert 1.06 <= 1e-05"
+
+
+def test_rewording_comments_and_docstrings_is_no_change_of_code():
+    before = '"""A patch."""\n\ndef f(x):\n    """Twice."""\n    return 2 * x  # why\n'
+    reworded = '"""A patch, reworded."""\n\ndef f(x):\n    return 2 * x  # because\n'
+    changed = '"""A patch."""\n\ndef f(x):\n    """Twice."""\n    return 3 * x\n'
+    assert compat_report.code_of(before) == compat_report.code_of(reworded)
+    assert compat_report.code_of(before) != compat_report.code_of(changed)
+
+
+def test_the_last_change_to_the_proven_code_skips_comment_only_commits(tmp_path, monkeypatch):
+    """A cell stays current across a commit that only rewords a patch's comments, and goes
+    stale at one that changes what the patch runs."""
+    import subprocess
+
+    def commit(source: str, message: str) -> str:
+        patch.write_text(source)
+        subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message],
+            cwd=tmp_path,
+            check=True,
+        )
+        return compat_report.git("rev-parse", "HEAD")
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    monkeypatch.setattr(compat_report, "ROOT", tmp_path)
+    patch = tmp_path / compat_report.WATCHED[0] / "a_patch.py"
+    patch.parent.mkdir(parents=True)
+    code = commit("def f(x):\n    return 2 * x\n", "a patch")
+    compat_report.watched_change.cache_clear()
+    assert compat_report.watched_change() == code
+    commit('def f(x):\n    """Twice."""\n    return 2 * x  # why\n', "reworded")
+    compat_report.watched_change.cache_clear()
+    assert compat_report.watched_change() == code
+    changed = commit("def f(x):\n    return 3 * x\n", "changed")
+    compat_report.watched_change.cache_clear()
+    assert compat_report.watched_change() == changed
+    compat_report.watched_change.cache_clear()

@@ -80,12 +80,52 @@ def git(*args: str) -> str | None:
 
 
 @cache
+def code_of(source: str) -> str:
+    """What Python runs of `source`: its syntax tree without docstrings (comments are not in
+    it), so that rewording a comment or a docstring proves nothing stale."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _changes_code(commit: str) -> bool:
+    """Whether `commit` changed what WATCHED runs (not only its comments and docstrings)."""
+    changed = git(
+        "diff-tree", "--no-commit-id", "-r", "--name-status", "--root", commit, "--", *WATCHED
+    )
+    for line in (changed or "").splitlines():
+        status, path = line.split("\t", 1)
+        if status != "M" or not path.endswith(".py"):
+            return True  # a file added, removed or renamed, or not Python: a change
+        before, after = git("show", f"{commit}^:{path}"), git("show", f"{commit}:{path}")
+        try:
+            if before is None or after is None or code_of(before) != code_of(after):
+                return True
+        except SyntaxError:
+            return True
+    return False
+
+
+@cache
 def watched_change() -> str | None:
-    """The last commit that changed WATCHED; None when WATCHED has uncommitted changes
-    (then no recorded cell proves the code as it is)."""
+    """The last commit that changed the code of WATCHED (comments and docstrings aside);
+    None when WATCHED has uncommitted changes (then no recorded cell proves the code as it
+    is)."""
     if git("status", "--porcelain", "--", *WATCHED):
         return None
-    return git("log", "-1", "--format=%H", "--", *WATCHED)
+    commits = (git("log", "--format=%H", "--", *WATCHED) or "").split()
+    return next((c for c in commits if _changes_code(c)), commits[-1] if commits else None)
 
 
 @cache
@@ -197,18 +237,29 @@ def portable(reason: str) -> str:
     return MACHINE_PATHS.sub("", reason)
 
 
+def _scrubbed(record: dict) -> dict:
+    """A sweep record with no path of the machine that ran it."""
+    if isinstance(record.get("reason"), str):
+        record["reason"] = portable(record["reason"])
+    return record
+
+
+def committed_sweep() -> list[dict]:
+    """docs/architectures.json's records, scrubbed of machine paths."""
+    return [_scrubbed(o) for o in json.loads(SWEEP_JSON.read_text())] if SWEEP_JSON.exists() else []
+
+
 def load_sweep(directory: Path | None = None, complete: bool = False) -> dict[Key, dict]:
     """Sweep outcomes by (vLLM, speculators line, architecture): the committed ones, then
     those in `directory` (tests/e2e/test_architectures.py, SPEC_COMPAT_SWEEP_RECORD).  With
     `complete`, a record is a whole sweep: the committed rows of its (vLLM, line) go (classes
     that a release's sweep no longer lists, e.g. one that now imports and is no EAGLE-3)."""
     merged = {}
-    if SWEEP_JSON.exists():
-        for o in json.loads(SWEEP_JSON.read_text()):
-            merged[(o["vllm"], o["line"], o["architecture"])] = o
+    for o in committed_sweep():
+        merged[(o["vllm"], o["line"], o["architecture"])] = o
     for path in sorted(directory.glob("*.json")) if directory else []:
         named = re.search(r"vllm-(.+?)-speculators", path.name)
-        records = json.loads(path.read_text())
+        records = [_scrubbed(o) for o in json.loads(path.read_text())]
         for o in records:
             o["vllm"] = o.get("vllm") or (named.group(1) if named else "?")
         if complete and records:
@@ -490,9 +541,10 @@ def outputs(records: dict[Key, dict]) -> dict[Path, str]:
         ],
         "results": ordered,
     }
-    sweep = json.loads(SWEEP_JSON.read_text()) if SWEEP_JSON.exists() else []
+    sweep = committed_sweep()
     proofs = _proofs()
     return {
+        SWEEP_JSON: json.dumps(sweep, indent=1) + "\n",
         JSON_OUT: json.dumps(table, indent=2) + "\n",
         MD_OUT: render(records),
         MODELS_OUT: render_models(records),

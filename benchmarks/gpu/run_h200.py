@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -19,6 +20,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+def error_lines(stderr: str, count: int = 1) -> list[str]:
+    """The last `count` error lines of a log, with no folder of the machine that ran it
+    (a record is committed; the full log stays in failures.log on the device)."""
+    errors = [ln for ln in stderr.splitlines() if "rror" in ln]
+    return [re.sub(r"(?:/[^\s/'\"()]+)+/", "", ln).strip() for ln in errors[-count:]]
+
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -307,7 +316,7 @@ def native(role: str, model: str, rounds: int) -> None:
                         "hidden_states_shape_0": list(first.shape),
                         "hidden_states_dtype": str(first.dtype),
                         "file_bytes_total": sum(os.path.getsize(p) for p in paths),
-                        "storage": storage,
+                        "storage": os.path.basename(storage),
                     }
                 ),
                 flush=True,
@@ -632,7 +641,7 @@ def main() -> None:
                 log.write(f"\n===== {role} stdout tail\n{proc.stdout[-100_000:]}\n")
             errors = [ln for ln in proc.stderr.splitlines() if "rror" in ln]
             print(f"{role} FAILED ({proc.returncode}):\n" + "\n".join(errors[-40:]), flush=True)
-            summary["runs"].append({"role": role, "failed": proc.stderr[-3000:]})
+            summary["runs"].append({"role": role, "failed": " | ".join(error_lines(proc.stderr))})
             continue
         for line in lines:
             print(line, flush=True)

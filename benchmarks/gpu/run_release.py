@@ -91,8 +91,10 @@ def extract(
         with open(OUT / "failures.log", "a") as log:
             log.write(f"===== {line} {dtype} rc={proc.returncode}\n{proc.stderr[-200_000:]}\n")
             log.write(f"----- stdout\n{proc.stdout[-50_000:]}\n")
-        errors = [ln for ln in proc.stderr.splitlines() if "rror" in ln]
-        return {"failed": proc.returncode, "errors": errors[-15:], "seconds": seconds}
+        from run_h200 import error_lines
+
+        errors = error_lines(proc.stderr, 15)
+        return {"failed": proc.returncode, "errors": errors, "seconds": seconds}
     import torch
 
     data = torch.load(out)

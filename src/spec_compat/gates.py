@@ -75,7 +75,7 @@ def platform_is_cpu() -> bool:
 
 
 def signature(obj: Any) -> inspect.Signature:
-    import inspect  # here, not at the top: with the probes, not with apply() (issue 35)
+    import inspect  # here, not at the top: with the probes, not with apply()
 
     return inspect.signature(obj)
 

@@ -47,7 +47,7 @@ _STATE_OF = {
 class Result:
     """What happened to one patch: the structured answer of `status()`.  Mutable: the
     registry settles `state` and `reason` as it applies a module's patches together.  (Not a
-    dataclass: importing `dataclasses` alone cost `apply()` ~25 ms, issue 35.)"""
+    dataclass: importing `dataclasses` alone cost `apply()` ~25 ms.)"""
 
     __slots__ = ("found", "name", "reason", "side", "state", "target")
 
@@ -94,7 +94,7 @@ class UnsupportedDrift(RuntimeError):
 
 class Gated:
     """What every kind shares: deciding on the gates.  Each kind is a `NamedTuple` (frozen,
-    and cheap to define: `dataclasses` alone cost `apply()` ~25 ms, issue 35) whose own
+    and cheap to define: `dataclasses` alone cost `apply()` ~25 ms) whose own
     fields come first and the gates (`GATES`, declared on `Patch`) last."""
 
     __slots__ = ()

@@ -4,7 +4,7 @@ Target: ``vllm_hidden_states_generator.SchedulerConfig`` (both speculators lines
 Why: the stock config caps a step at ``MAX_NUM_SEQS`` (32) prompts and
     ``max(MIN_MAX_BATCHED_TOKENS, max_model_len)`` (8,192) tokens, a quarter of what vLLM's
     own ``LLM`` runs on an H100/H200 (1,024 prompts, 16,384 tokens); on a MoE model the small
-    steps cost a third of the GPU time (issue 34).  The states do not depend on the batch
+    steps cost a third of the GPU time.  The states do not depend on the batch
     beyond bf16 rounding.
 How: when the stock call passes exactly the stock defaults, the stock module's
     ``SchedulerConfig`` gets what ``EngineArgs`` would give ``vllm.LLM`` instead:

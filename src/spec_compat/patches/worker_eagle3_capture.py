@@ -69,7 +69,7 @@ def find_decoder(model: Any) -> Any | None:
 def _forward_signature(module_cls: type) -> inspect.Signature:
     """The named signature of a call: vLLM's custom ops (RMSNorm) take `*args, **kwargs`
     in `forward` and dispatch to `forward_native(x, residual)`."""
-    import inspect  # with the capture, not with apply() (issue 35)
+    import inspect  # with the capture, not with apply()
 
     for name in ("forward", "forward_native"):
         found = inspect.signature(getattr(module_cls, name, None) or module_cls.forward)

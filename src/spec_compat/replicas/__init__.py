@@ -1,3 +1,3 @@
 """`spec-compat run --replicas N [--ray-address ADDR] SCRIPT ARGS...`: the unchanged data
-script, data-parallel on Ray (issue 36).  `run.py` drives, `chunks.py` parts the dataset,
+script, data-parallel on Ray.  `run.py` drives, `chunks.py` parts the dataset,
 `merge.py` makes one dataset of the parts."""
