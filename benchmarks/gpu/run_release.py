@@ -174,13 +174,24 @@ def tiny(summary: dict) -> None:
     save(summary)
 
 
+def on_cpu(results: list[dict]) -> list[dict]:
+    """Results with every tensor on the CPU (vLLM's native states stay on the GPU)."""
+
+    def moved(value):
+        if isinstance(value, list):
+            return [moved(v) for v in value]
+        return value.cpu() if hasattr(value, "cpu") else value
+
+    return [{k: moved(v) for k, v in r.items()} for r in results]
+
+
 def bitwise(a: list[dict], b: list[dict]) -> dict:
     """How two runs' states compare: equal tensors, and the worst relative difference."""
     from spec_compat.rehearsal import relative_error
 
     pairs = [
         (x, y)
-        for ra, rb in zip(a, b, strict=True)
+        for ra, rb in zip(on_cpu(a), on_cpu(b), strict=True)
         for x, y in zip(ra["hidden_states"], rb["hidden_states"], strict=True)
     ]
     equal = sum(bool(x.equal(y)) for x, y in pairs)
@@ -194,7 +205,7 @@ def against(results: list[dict], prompts: list[list[int]], expected: list) -> fl
     from spec_compat import rehearsal
 
     try:
-        return rehearsal.worst_error(results, prompts, expected, tolerance=1.0)[0]
+        return rehearsal.worst_error(on_cpu(results), prompts, expected, tolerance=1.0)[0]
     except rehearsal.Stop as stop:
         return f"mismatch: {stop}"
 
