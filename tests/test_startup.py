@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from spec_compat import startup
-from spec_compat.registry import ENV_PATCHES, ENV_STRICT
+from spec_compat.names import ENV_PATCHES, ENV_STARTUP, ENV_STRICT
 
 BASE = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_")}
 
@@ -49,7 +49,7 @@ def test_a_child_applies_the_parents_selection_before_its_first_line():
     active, names = _python(code, env)
     assert active is True
     assert names == ["v030_collective_rpc_reply"]  # the import patch waits for its module
-    active, names = _python(code, env | {startup.ENV_SWITCH: "0"})
+    active, names = _python(code, env | {ENV_STARTUP: "0"})
     assert (active, names) == (False, [])
 
 
@@ -102,7 +102,9 @@ def test_a_spawned_child_has_the_patches_when_it_re_imports_main(tmp_path):
 def test_a_failed_start_up_refuses_the_stock_modules(tmp_path, monkeypatch):
     import spec_compat
     from spec_compat import names
+    from spec_compat.patches import load
 
+    load()  # declared before GENERATOR is faked: declarations read it as they import
     fake = f"fake_stock_{os.urandom(3).hex()}"
     (tmp_path / f"{fake}.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))

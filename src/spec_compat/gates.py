@@ -96,11 +96,6 @@ def bind_error(obj: Any, call: StockCall) -> str | None:
     return None
 
 
-def accepts(obj: Any, keyword: str) -> bool:
-    params = signature(obj).parameters
-    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
 def binding_probe(
     module: ModuleType,
     callee: str,

@@ -44,7 +44,6 @@ class Registry:
         requirements: tuple[Requirement, ...] = (),
         renamed: dict[str, str] | None = None,
         preflight: Callable[[ModuleType, list[str]], list[Result]] | None = None,
-        strict: bool = True,
         listing: tuple[Listing, ...] = (),
         load: Callable[[], Iterable[AnyPatch]] | None = None,
     ):
@@ -59,7 +58,7 @@ class Registry:
         #: called with (module, names of the patches applied to it) after a module is
         #: patched; returns unsupported findings, raised as UnsupportedDrift when `strict`
         self.preflight = preflight
-        self.strict = strict
+        self.strict = True  # apply(strict=...) sets it
         self.findings: list[Result] = []
         self._selected: list[str] = []
         self._replacements = Replacements()

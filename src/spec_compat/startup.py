@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PTH_NAME = "spec_compat_startup.pth"
-ENV_SWITCH = ENV_STARTUP
 #: set by run(): True once the hook applied the parent's selection in this process
 ACTIVE = False
 #: the exception apply() raised at start-up, if any (re-raised when speculators is imported)
@@ -35,7 +34,7 @@ def run() -> None:
     """Apply the selection named in the environment (called by the `.pth` line)."""
     global ACTIVE, FAILED
     names = [n for n in os.environ.get(ENV_PATCHES, "").split(",") if n]
-    if not names or os.environ.get(ENV_SWITCH) == "0":
+    if not names or os.environ.get(ENV_STARTUP) == "0":
         return
     try:
         from . import REGISTRY, apply, seeded_weights
@@ -98,7 +97,7 @@ def report() -> dict[str, object]:
         "installed": str(found) if found else None,
         "active": ACTIVE,
         "error": None if FAILED is None else f"{type(FAILED).__name__}: {FAILED}",
-        "switched_off": os.environ.get(ENV_SWITCH) == "0",
+        "switched_off": os.environ.get(ENV_STARTUP) == "0",
     }
 
 
