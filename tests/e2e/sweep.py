@@ -61,7 +61,9 @@ OVERRIDES: dict[str, dict] = {
     "NemotronH_Nano_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
     "NemotronH_Super_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
     "NemotronH_Omni_Reasoning_V3": NEMOTRON_H_DENSE,
-    "GPTBigCodeForCausalLM": {"multi_query": True},
+    # one key/value head, as multi-query means and released configs leave implicit (SHRINK's
+    # two would contradict multi_query: vLLM sizes by num_key_value_heads, transformers by it)
+    "GPTBigCodeForCausalLM": {"multi_query": True, "num_key_value_heads": 1},
     "GptOssForCausalLM": {"sliding_window": 64},
     # vLLM reads the released checkpoints' keys, which transformers' config lacks; the
     # values are what transformers' own module does: sigmoid scores, renormalised top-k,
@@ -250,9 +252,6 @@ NOT_RUNNABLE = {
     "decoder is Exaone4ForCausalLM (exaone4_5.py:353), whose Exaone4Model (exaone4.py:293) is "
     "no EagleModelMixin: setting the aux layers asserts (interfaces.py:1707), in vLLM's own "
     "EAGLE-3 engine too",
-    "GPTBigCodeForCausalLM": "vLLM 0.32's transformers backend mis-sizes GPTBigCode's "
-    "multi-query KV heads: its own LLM fails with a shape error, and its forward is 0.89 "
-    "off transformers (vLLM's computation, not the capture)",
 }
 #: Classes transformers has but saves in its own layout, not the released one vLLM's loader
 #: reads: their model is their config alone (the released keys where RELEASED_KEYS has them,
