@@ -450,8 +450,8 @@ def claim(records: dict[Key, dict]) -> str:
         exact = {o["architecture"] for o in rows if o["state"] in ("exact", "exact vs vLLM")}
         now = {o["architecture"] for o in rows if o["architecture"] in exact and current(o)}
         text += (
-            f"  Architecture sweep on vLLM {version.split('+')[0]}: {len(now)} classes exact "
-            f"at this commit ({len(exact)} exact on earlier code)."
+            f"  Architecture sweep on vLLM {version.split('+')[0]}: {len(exact)} classes "
+            f"measured exact, {len(now)} of them on the code of this commit."
         )
     if stale:
         text += f"  Cells of {len(stale)} releases were proven on earlier code and are being re-run"
