@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from spec_compat.rehearse import examples
+from spec_compat.rehearse.command import examples
 
 GOAL_SECONDS = 90
 ROOT = Path(__file__).resolve().parents[1]

@@ -262,7 +262,7 @@ def main() -> None:
                 print(f"  {role}: {samples[role][-1]['tokens_per_s']:.0f} tokens/s", flush=True)
         parity = native_parity(model.parent / "parity-B.pt", model.parent / "parity-N.pt")
     median = {r: statistics.median(s["tokens_per_s"] for s in v) for r, v in samples.items() if v}
-    from spec_compat.gates import installed_version
+    from spec_compat.engine.versions import installed_version
 
     print(
         f"model: random Llama, {size:.0f} MB float32; {args.prompts} prompts of 128-"

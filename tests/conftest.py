@@ -72,8 +72,8 @@ def stock_module(tmp_path, monkeypatch):
     and no parent's patch selection is inherited."""
     from packaging.version import Version
 
-    from spec_compat import gates
-    from spec_compat.names import ENV_PATCHES
+    from spec_compat.engine import versions
+    from spec_compat.engine.names import ENV_PATCHES
 
     made: list[str] = []
 
@@ -84,7 +84,7 @@ def stock_module(tmp_path, monkeypatch):
         return name
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+    monkeypatch.setattr(versions, "speculators_version", lambda: Version("0.3.0"))
     monkeypatch.delenv(ENV_PATCHES, raising=False)
     yield make
     for name in made:

@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from spec_compat import gates
-from spec_compat.gates import Need, Verdict
-from spec_compat.listing import Listing
-from spec_compat.names import ENV_PATCHES
-from spec_compat.patch import Patch, State
-from spec_compat.registry import Registry
+from spec_compat.engine import versions
+from spec_compat.engine.listing import Listing
+from spec_compat.engine.names import ENV_PATCHES
+from spec_compat.engine.patch import Patch, State
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.registry import Registry
 
 #: modules that only deciding or applying a patch needs (each cost apply() milliseconds)
 LATER = (
     "wrapt",
     "spec_compat.transport",
-    "spec_compat.capture",
+    "spec_compat.models.support",
     "logging",
     "importlib.abc",
     "dataclasses",
@@ -60,7 +60,7 @@ def package(tmp_path, monkeypatch):
     (tmp_path / name / "__init__.py").write_text("")
     (tmp_path / name / "stock.py").write_text("def run():\n    return 'stock'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+    monkeypatch.setattr(versions, "speculators_version", lambda: Version("0.3.0"))
     monkeypatch.delenv(ENV_PATCHES, raising=False)
     registry = Registry()
     registry.register(

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from spec_compat.check_data import main  # noqa: E402
+from spec_compat.data.check import main  # noqa: E402
 
 LAYER_IDS, HIDDEN = [0, 2, 3], 8
 LENGTHS = [5, 9, 3, 12, 7, 6, 4, 10]
@@ -284,7 +284,7 @@ def test_the_command_line_and_a_light_import(tmp_path):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 1 and "data_2.pt  missing" in proc.stdout, proc.stderr
-    probe = "import sys, spec_compat, spec_compat.check_data; print('torch' in sys.modules)"
+    probe = "import sys, spec_compat, spec_compat.data.check; print('torch' in sys.modules)"
     light = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert light.stdout.strip() == "False", light.stderr
     assert (

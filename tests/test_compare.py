@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_compat import rehearsal
+from spec_compat.rehearse import rehearsal
 
 torch = pytest.importorskip("torch")
 

@@ -9,10 +9,17 @@ import textwrap
 import pytest
 import wrapt
 
-from spec_compat import gates
-from spec_compat.drift import check, scan
-from spec_compat.gates import Need, Verdict
-from spec_compat.registry import ImportPatch, Patch, Registry, Result, State, UnsupportedDrift
+from spec_compat.engine import versions
+from spec_compat.engine.drift import check, scan
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.registry import (
+    ImportPatch,
+    Patch,
+    Registry,
+    Result,
+    State,
+    UnsupportedDrift,
+)
 
 VENDOR = """
 def make(a, b):
@@ -89,7 +96,7 @@ def test_only_a_patch_that_declares_the_fix_covers_the_call(drifted):
 
 def test_apply_refuses_uncovered_drift_unless_not_strict(drifted, monkeypatch):
     vendor, stock = drifted
-    monkeypatch.setattr(gates, "speculators_version", lambda: None)
+    monkeypatch.setattr(versions, "speculators_version", lambda: None)
 
     def preflight(module, applied):
         patches = [registry.patches[n] for n in applied]
@@ -133,7 +140,7 @@ def test_import_patch_redirects_a_moved_name(tmp_path, monkeypatch):
     stock = f"movedstock_{os.urandom(3).hex()}"
     (tmp_path / f"{stock}.py").write_text(f"from {vendor}.old import kept, moved\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(gates, "speculators_version", lambda: None)
+    monkeypatch.setattr(versions, "speculators_version", lambda: None)
     patch = ImportPatch("moved_test", stock, f"{vendor}.old", f"{vendor}.new", ("moved",), "")
     registry, hooked = Registry(), []
     registry.register(patch)
@@ -163,7 +170,7 @@ def test_a_stock_module_the_gate_leaves_alone_still_fires_earlier_hooks(tmp_path
     stock = f"keptstock_{os.urandom(3).hex()}"
     (tmp_path / f"{stock}.py").write_text(f"from {vendor} import kept\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(gates, "speculators_version", lambda: None)
+    monkeypatch.setattr(versions, "speculators_version", lambda: None)
     patch = ImportPatch("kept_test", stock, vendor, f"{vendor}_new", ("kept",), "")
     registry, hooked = Registry(), []
     registry.register(patch)

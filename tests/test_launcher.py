@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from spec_compat.registry import ENV_PATCHES
+from spec_compat.engine.registry import ENV_PATCHES
 
 SCRIPT = textwrap.dedent(
     """

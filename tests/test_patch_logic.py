@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from spec_compat.capture import UnsupportedModel, check_layer_ids
+from spec_compat.models.support import UnsupportedModel, check_layer_ids
 from spec_compat.patches import generate_checks, v04_batches_of_max_num_seqs
 from spec_compat.patches.worker_eagle3_capture import CaptureUnsupported, Eagle3Capture
 
@@ -144,7 +144,7 @@ def test_state_checks_find_nan_zero_rows_and_short_captures():
 def test_decoder_lookup_handles_every_wrapper_shape():
     from types import SimpleNamespace
 
-    from spec_compat.patches.worker_eagle3_capture import find_decoder
+    from spec_compat.models.decoder import find_decoder
 
     def decoder():
         return SimpleNamespace(layers=(), norm=None)
@@ -254,7 +254,7 @@ def test_a_constant_stock_block_size_is_replaced_on_every_platform(stock_module,
 
     from vllm.platforms import current_platform
 
-    from spec_compat.gates import Need
+    from spec_compat.engine.probes import Need
     from spec_compat.patches import scheduler_block_size
 
     monkeypatch.setattr(type(current_platform), "is_cpu", lambda self: cpu)
@@ -284,7 +284,7 @@ def test_layers_are_counted_on_the_decoders_config_however_deep(stock_module, tm
 
     from transformers import AutoConfig, LlamaConfig, Qwen2_5OmniConfig
 
-    from spec_compat.gates import Need
+    from spec_compat.engine.probes import Need
     from spec_compat.patches import config_decoder_layers
 
     stock = importlib.import_module(stock_module(STOCK_LAYER_COUNT))
@@ -302,7 +302,7 @@ def test_layers_are_counted_on_the_decoders_config_however_deep(stock_module, tm
 def test_a_stock_config_read_beyond_the_layer_count_is_unknown_drift(stock_module):
     import importlib
 
-    from spec_compat.gates import Need
+    from spec_compat.engine.probes import Need
     from spec_compat.patches import config_decoder_layers
 
     reads_more = STOCK_LAYER_COUNT.replace("    raise", "    print(config.vocab_size)\n    raise")

@@ -65,7 +65,7 @@ def test_a_declaration_without_the_optional_fields_still_renders():
 
 
 def test_the_stacks_section_lists_each_stack_innermost_first():
-    from spec_compat import stacks
+    from spec_compat.engine import stacks
     from spec_compat.patches import ALL
 
     text = load_tool().render()

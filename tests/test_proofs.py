@@ -1,9 +1,9 @@
-"""doctor --model's proof table (spec_compat.proofs): generated from the sweep's records,
+"""doctor --model's proof table (spec_compat.models.proofs): generated from the sweep's records,
 and read as proven / failed / unproven per vLLM release and speculators line."""
 
 from __future__ import annotations
 
-from spec_compat import proofs
+from spec_compat.models import proofs
 
 RECORDS = [
     {"architecture": "A", "vllm": "0.16.0+cpu", "line": "0.4.0.1", "state": "exact", "reason": ""},

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from spec_compat import gates, stock_source
-from spec_compat.gates import Need, Verdict, binding_probe, missing_and_unexpected
-from spec_compat.registry import ENV_PATCHES, Patch, Registry, State, UnsupportedDrift
+from spec_compat.engine import stock_source, versions
+from spec_compat.engine.probes import Need, Verdict, binding_probe, missing_and_unexpected
+from spec_compat.engine.registry import ENV_PATCHES, Patch, Registry, State, UnsupportedDrift
 
 STOCK_SOURCE = """
 def vendor_make(a, b, required):
@@ -188,22 +188,22 @@ def test_undecided_probe_uses_the_vllm_range(stock, monkeypatch):
             vllm=">=0.11.1",
         )
     )
-    monkeypatch.setattr(gates, "vllm_version", lambda: Version("0.16.1.dev42+gabc"))
+    monkeypatch.setattr(versions, "vllm_version", lambda: Version("0.16.1.dev42+gabc"))
     registry.apply()
     assert registry.results["ranged"].state is State.APPLIED  # nightlies are in range
     registry.revert()
-    monkeypatch.setattr(gates, "vllm_version", lambda: Version("0.11.0"))
+    monkeypatch.setattr(versions, "vllm_version", lambda: Version("0.11.0"))
     registry.apply()
     assert registry.results["ranged"].state is State.NOT_NEEDED
     assert module.vendor_make.__name__ == "vendor_make"
 
 
 def test_in_range_accepts_nightlies():
-    assert gates.in_range(Version("0.16.1.dev42+g1234"), ">0.16.0")
-    assert not gates.in_range(Version("0.16.1.dev42+g1234"), ">=0.16.1")  # dev precedes release
-    assert gates.in_range(Version("0.16.0+cpu"), ">=0.12,<=0.16.0")
-    assert not gates.in_range(None, ">=0.1")
-    assert gates.in_range(None, "")
+    assert versions.in_range(Version("0.16.1.dev42+g1234"), ">0.16.0")
+    assert not versions.in_range(Version("0.16.1.dev42+g1234"), ">=0.16.1")  # dev precedes release
+    assert versions.in_range(Version("0.16.0+cpu"), ">=0.12,<=0.16.0")
+    assert not versions.in_range(None, ">=0.1")
+    assert versions.in_range(None, "")
 
 
 def test_every_declared_patch_documents_itself():
@@ -235,19 +235,19 @@ def test_import_and_apply_import_neither_torch_nor_vllm():
 
 
 def test_pre_import_gate_refuses_with_the_reason(tmp_path, monkeypatch):
-    from spec_compat.requirements import Requirement
+    from spec_compat.engine.requirements import Requirement
 
     name = f"fake_gated_{os.urandom(3).hex()}"
     (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     requirement = Requirement("needs_x", name, ">=0.4", lambda: "x is missing")
     registry = Registry(requirements=(requirement,))
-    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.4.0.1"))
+    monkeypatch.setattr(versions, "speculators_version", lambda: Version("0.4.0.1"))
     registry.apply()
     try:
         with pytest.raises(UnsupportedDrift, match="x is missing"):
             __import__(name)
-        monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+        monkeypatch.setattr(versions, "speculators_version", lambda: Version("0.3.0"))
         assert __import__(name).VALUE == 1  # the requirement is for 0.4.x only
     finally:
         registry.revert()
@@ -306,7 +306,7 @@ def test_every_replacement_is_stamped_by_the_registry(stock):
 def test_stamp_leaves_proxies_and_classes_usable():
     import wrapt
 
-    from spec_compat.replacements import stamp
+    from spec_compat.engine.replacements import stamp
 
     class Original:
         """the original"""
@@ -335,20 +335,20 @@ def test_the_patch_list_is_every_patch_module_once_with_known_partners():
 
 
 def test_an_import_patch_is_decided_like_any_other(monkeypatch):
-    from spec_compat.patch import ImportPatch
+    from spec_compat.engine.patch import ImportPatch
 
     patch = ImportPatch("moved", "stock", "os", "os.path", ("no_such_name",), "", speculators=">=9")
-    monkeypatch.setattr(gates, "speculators_version", lambda: Version("0.3.0"))
+    monkeypatch.setattr(versions, "speculators_version", lambda: Version("0.3.0"))
     result = patch.decide(None)
     assert result.state is State.NOT_NEEDED and ">=9" in result.reason
     undecided = ImportPatch("moved", "stock", "os", "os.path", ("sep",), "", vllm="<0.1")
     monkeypatch.setattr(ImportPatch, "examine", lambda self, module: Verdict(Need.UNDECIDED, "?"))
-    monkeypatch.setattr(gates, "vllm_version", lambda: Version("0.32.0"))
+    monkeypatch.setattr(versions, "vllm_version", lambda: Version("0.32.0"))
     assert undecided.decide(None).state is State.NOT_NEEDED  # the vLLM range decides
 
 
 def test_the_worker_transport_answers_the_drivers_recycle_call():
-    from spec_compat.names import (
+    from spec_compat.engine.names import (
         GET_CAPTURED,
         RECYCLE_SEGMENTS,
         RESET_CAPTURE,
@@ -390,7 +390,7 @@ def test_the_launched_script_reads_the_worker_checks_where_the_driver_writes_the
     never imports spec_compat): its literal must be the name the driver half writes."""
     import ast
 
-    from spec_compat import names
+    from spec_compat.engine import names
 
     script = Path(__file__).parent / "e2e" / "run_extractor.py"
     read = [
@@ -428,7 +428,7 @@ def test_the_stock_source_reader_knows_which_replies_are_ignored(tmp_path, monke
 
 
 def test_every_kind_of_patch_ends_with_the_same_gates():
-    from spec_compat.patch import GATES, ImportPatch
+    from spec_compat.engine.patch import GATES, ImportPatch
 
     for kind in (Patch, ImportPatch):
         assert kind._fields[-len(GATES) :] == GATES, kind

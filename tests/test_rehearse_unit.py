@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from spec_compat import miniature, rehearse
+from spec_compat.rehearse import command as rehearse
+from spec_compat.rehearse import miniature
 
 transformers = pytest.importorskip("transformers")
 
@@ -183,7 +184,7 @@ def told_apart(monkeypatch, tmp_path, alone_off: float, batched_off: float):
     prompt alone, is `alone_off` from them; the batched one `batched_off`."""
     import torch
 
-    from spec_compat import rehearsal
+    from spec_compat.rehearse import rehearsal
 
     prompts = [[5, 6, 7], [8, 9]]
     ones = [[torch.ones(len(p), 4)] for p in prompts]
@@ -223,7 +224,7 @@ def test_vllms_forward_is_told_apart_from_the_capture_only_when_bitwise_alone(
     """A transformers gap is put down to vLLM's forward only where the extraction, each
     prompt alone, equals vLLM's own aux states bitwise, and the batched run lies within
     BATCH_NOISE of them; anything else stays a failure that names the capture."""
-    from spec_compat.rehearsal import BATCH_NOISE, Stop
+    from spec_compat.rehearse.rehearsal import BATCH_NOISE, Stop
 
     report = told_apart(monkeypatch, tmp_path / "a", 0.0, BATCH_NOISE / 10)
     assert report.reference.startswith("transformers (float32): 2.0e-04 off")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spec_compat.data_set import CONFIG, LENGTHS
+from spec_compat.data.dataset import CONFIG, LENGTHS
 from spec_compat.replicas.chunks import Chunk, grid, placeholder, repair, written
 from spec_compat.replicas.merge import IncompleteRun, complete, merge
 
@@ -135,7 +135,7 @@ def test_the_scripts_own_options_are_read_as_argparse_reads_them():
 def test_replicas_without_ray_say_how_to_install_it(tmp_path, capsys):
     import importlib.util
 
-    from spec_compat.launcher import main
+    from spec_compat.cli.run import main
 
     if importlib.util.find_spec("ray") is not None:
         pytest.skip("ray is installed here")
@@ -147,7 +147,7 @@ def test_a_script_that_never_calls_the_loader_is_refused_with_the_reason(tmp_pat
     """The plan step ends without a plan: the script never called speculators'
     load_and_preprocess_dataset.  It ran in a scratch folder, never in --output-dir."""
     pytest.importorskip("ray")
-    from spec_compat.launcher import main
+    from spec_compat.cli.run import main
 
     script = tmp_path / "own_loader.py"
     script.write_text(
@@ -266,8 +266,8 @@ def test_the_driver_on_ray_retries_a_killed_chunk_and_merges_one_set(tmp_path, m
     """run.py end to end on a local Ray cluster, without speculators or vLLM: plan, two
     replicas, a chunk whose script is SIGKILLed mid-way resumed, the merge."""
     pytest.importorskip("ray")
-    from spec_compat.data_set import check
-    from spec_compat.launcher import main
+    from spec_compat.cli.run import main
+    from spec_compat.data.dataset import check
 
     script = tmp_path / "fake_script.py"
     script.write_text(FAKE_SCRIPT)
@@ -298,7 +298,7 @@ def test_the_driver_on_ray_retries_a_killed_chunk_and_merges_one_set(tmp_path, m
 def test_only_a_replicas_copy_selects_the_dataset_range_patch(tmp_path, replica):
     """Not a default patch (doctor and other runs never import speculators' preprocessing
     and its `datasets`); `spec-compat run` adds it in a copy the replicas driver started."""
-    from spec_compat.names import ENV_PATCHES, ENV_REPLICA, REPLICA_PATCH
+    from spec_compat.engine.names import ENV_PATCHES, ENV_REPLICA, REPLICA_PATCH
 
     script = tmp_path / "script.py"
     script.write_text("import spec_compat\nprint([r.name for r in spec_compat.status()])\n")

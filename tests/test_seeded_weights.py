@@ -1,5 +1,5 @@
-"""The seeded load format (spec_compat.seeded_weights): values from each tensor's name alone,
-registered with vLLM's loaders, and the stock generator's LoadConfig naming it."""
+"""The seeded load format (spec_compat.rehearse.seeded_weights): values from each tensor's
+name alone, registered with vLLM's loaders, and the stock generator's LoadConfig naming it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from spec_compat import seeded_weights
+from spec_compat.rehearse import seeded_weights
 
 torch = pytest.importorskip("torch")
 

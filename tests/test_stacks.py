@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from spec_compat import REGISTRY, patches, stacks
-from spec_compat.gates import Need, Verdict
-from spec_compat.patch import Patch, State
-from spec_compat.registry import Registry
-from spec_compat.stacks import StackError
+from spec_compat import REGISTRY, patches
+from spec_compat.engine import stacks
+from spec_compat.engine.patch import Patch, State
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.registry import Registry
+from spec_compat.engine.stacks import StackError
 
 #: (inner, outer, why): the orders the patches' code relies on.  Each must follow from the
 #: declarations alone, whatever the listing order.

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from spec_compat import startup
-from spec_compat.names import ENV_PATCHES, ENV_STARTUP, ENV_STRICT
+from spec_compat.engine.names import ENV_PATCHES, ENV_STARTUP, ENV_STRICT
 
 BASE = {k: v for k, v in os.environ.items() if not k.startswith("SPEC_COMPAT_")}
 
@@ -100,8 +100,8 @@ def test_a_spawned_child_has_the_patches_when_it_re_imports_main(tmp_path):
 
 
 def test_a_failed_start_up_refuses_the_stock_modules(tmp_path, monkeypatch):
-    import spec_compat
-    from spec_compat import names
+    from spec_compat import api
+    from spec_compat.engine import names
     from spec_compat.patches import load
 
     load()  # declared before GENERATOR is faked: declarations read it as they import
@@ -114,7 +114,7 @@ def test_a_failed_start_up_refuses_the_stock_modules(tmp_path, monkeypatch):
     def broken(**_: object) -> None:
         raise RuntimeError("drift seen only here")
 
-    monkeypatch.setattr(spec_compat, "apply", broken)
+    monkeypatch.setattr(api, "apply", broken)
     monkeypatch.setenv(ENV_PATCHES, "v030_collective_rpc_reply")
     startup.run()
     assert isinstance(startup.FAILED, RuntimeError)
@@ -124,7 +124,7 @@ def test_a_failed_start_up_refuses_the_stock_modules(tmp_path, monkeypatch):
 
 
 def test_doctor_calls_a_missing_hook_an_environment_problem(monkeypatch):
-    from spec_compat import doctor
+    from spec_compat.cli import doctor
 
     monkeypatch.setattr(startup, "hook_file", lambda: None)
     versions = {"vllm": "0.32.0", "speculators": "0.4.0.1"}

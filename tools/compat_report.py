@@ -4,7 +4,7 @@
                                               #    supported_versions.json
     python tools/compat_report.py --sweep DIR # architecture sweep records
                                               #    -> docs/architectures.json, docs/models.md,
-                                              #    src/spec_compat/proofs.json (doctor --model)
+                                              #    src/spec_compat/models/proofs.json (doctor --model)
     python tools/compat_report.py --sweep DIR --complete   # DIR holds whole sweeps: each
                                               #    replaces every row of its (vLLM, line)
 
@@ -34,7 +34,12 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 #: what a cell proves: a change here makes every cell proven before it stale
-WATCHED = ("src/spec_compat/patches", "src/spec_compat/capture.py", "src/spec_compat/transport")
+WATCHED = (
+    "src/spec_compat/patches",
+    "src/spec_compat/models/support.py",
+    "src/spec_compat/models/decoder.py",
+    "src/spec_compat/transport",
+)
 CLAIM_START, CLAIM_END = "<!-- compatibility claim (tools/compat_report.py) -->", "<!-- end -->"
 JSON_OUT = ROOT / "supported_versions.json"
 MD_OUT = ROOT / "docs" / "compatibility.md"
@@ -524,7 +529,7 @@ def render_gpu_runs() -> list[str]:
 
 def _proofs():
     sys.path.insert(0, str(ROOT / "src"))
-    from spec_compat import proofs
+    from spec_compat.models import proofs
 
     return proofs
 

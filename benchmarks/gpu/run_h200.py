@@ -152,7 +152,7 @@ def peak_gpu(worker=None) -> int:  # runs in the worker through collective_rpc
 
 
 def transport_layout(worker=None):  # runs in the worker through collective_rpc
-    from spec_compat.names import WORKER_TRANSPORT
+    from spec_compat.engine.names import WORKER_TRANSPORT
 
     transport = getattr(worker, WORKER_TRANSPORT, None)
     pool = getattr(transport, "pool", None)

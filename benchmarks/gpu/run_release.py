@@ -2,7 +2,7 @@
 unpacked the kit of stage_vllm.sh:
 
 1. the unchanged stock extractor of each speculators line with `spec_compat.apply()` on a
-   tiny random Llama (`spec_compat.reference extract`, one process each, as a user's
+   tiny random Llama (`spec_compat.rehearse.child extract`, one process each, as a user's
    script), against transformers float32: max relative error per layer (pass <= 1e-5) in
    float32, and in bf16 (the stock dtype) next to transformers' own bf16-vs-float32 noise;
 2. `benchmarks/gpu/run_h200.py` roles B-shm and N on the harness model (random 0.85 B
@@ -70,7 +70,7 @@ def extract(
                 if one_a_call or os.environ.get("CALLS") == "one"
                 else [list(range(len(prompts)))],
                 "attention_backend": None,
-                "dtype": dtype,  # the engine's (spec_compat.reference; SC_DTYPE before)
+                "dtype": dtype,  # the engine's (spec_compat.rehearse.child; SC_DTYPE before)
                 "out": str(out),
             }
         )
@@ -80,7 +80,7 @@ def extract(
     env["SPEC_COMPAT_EXCLUDE"] = exclude
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "spec_compat.reference", mode, str(spec)],
+        [sys.executable, "-m", "spec_compat.rehearse.child", mode, str(spec)],
         env=env,
         capture_output=True,
         text=True,
@@ -147,8 +147,8 @@ def main() -> None:
 def tiny(summary: dict) -> None:
     """Step 1: the tiny Llama through each line's stock extractor, against transformers."""
     from e2e import tiny_models
-    from spec_compat import rehearsal
-    from spec_compat.reference import oracle
+    from spec_compat.rehearse import rehearsal
+    from spec_compat.rehearse.child import oracle
 
     work = Path(tempfile.mkdtemp(prefix="release-"))
     model = tiny_models.build_llama(work / "tiny-llama")
@@ -187,7 +187,7 @@ def on_cpu(results: list[dict]) -> list[dict]:
 
 def bitwise(a: list[dict], b: list[dict]) -> dict:
     """How two runs' states compare: equal tensors, and the worst relative difference."""
-    from spec_compat.rehearsal import relative_error
+    from spec_compat.rehearse.rehearsal import relative_error
 
     pairs = [
         (x, y)
@@ -202,7 +202,7 @@ def bitwise(a: list[dict], b: list[dict]) -> dict:
 def against(results: list[dict], prompts: list[list[int]], expected: list) -> float | str:
     """The worst relative error against transformers, or why the results are not those
     prompts' (their number, order or shapes)."""
-    from spec_compat import rehearsal
+    from spec_compat.rehearse import rehearsal
 
     try:
         return rehearsal.worst_error(on_cpu(results), prompts, expected, tolerance=1.0)[0]
@@ -212,11 +212,11 @@ def against(results: list[dict], prompts: list[list[int]], expected: list) -> fl
 
 def native_parity(summary: dict) -> None:
     """Step "native" (vLLM 0.34, Model Runner V2): each line's stock extractor against
-    vLLM's own EAGLE-3 aux states of each prompt alone (spec_compat.reference native),
+    vLLM's own EAGLE-3 aux states of each prompt alone (spec_compat.rehearse.child native),
     all prompts in one call, then each line without `cache_config_extensible_kv_cache` (what
     it fixes), then a prompt a call; most telling first, each result saved as it comes."""
     from e2e import tiny_models
-    from spec_compat.reference import oracle
+    from spec_compat.rehearse.child import oracle
 
     work = Path(tempfile.mkdtemp(prefix="native-"))
     model = tiny_models.build_llama(work / "tiny-llama")
@@ -252,7 +252,7 @@ def families(summary: dict) -> None:
     """Step "families": each tiny family, each line, one call of all prompts, against vLLM's
     own aux states of each prompt alone and against transformers float32."""
     from e2e import tiny_models
-    from spec_compat.reference import oracle
+    from spec_compat.rehearse.child import oracle
 
     work = Path(tempfile.mkdtemp(prefix="families-"))
     prompts = tiny_models.random_prompts(12, 2, 150, seed=11)
@@ -320,8 +320,8 @@ def bf16_noise(model: Path, prompts: list[list[int]], expected: list) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from spec_compat import rehearsal
-    from spec_compat.reference import decoder_layers
+    from spec_compat.rehearse import rehearsal
+    from spec_compat.rehearse.child import decoder_layers
 
     torch.backends.cudnn.enabled = False  # the image's cuDNN is older than torch's (9.19)
     lm = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.bfloat16).cuda().eval()

@@ -10,23 +10,23 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv else "help"
     if command == "doctor":
-        from .doctor import main as doctor
+        from spec_compat.cli.doctor import main as doctor
 
         return doctor(argv)
     if command == "rehearse":
-        from .rehearse import main as rehearse
+        from spec_compat.rehearse.command import main as rehearse
 
         return rehearse(argv)
     if command == "run":
-        from .launcher import main as run
+        from spec_compat.cli.run import main as run
 
         return run(argv)
     if command == "check-data":
-        from .check_data import main as check_data
+        from spec_compat.data.check import main as check_data
 
         return check_data(argv)
     if command == "list":
-        from . import REGISTRY
+        from spec_compat.api import REGISTRY
 
         for p in REGISTRY.patches.values():
             extra = f" speculators{p.speculators}" if p.speculators else ""

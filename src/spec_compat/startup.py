@@ -18,7 +18,8 @@ import site
 import sys
 from typing import TYPE_CHECKING
 
-from .names import ENV_PATCHES, ENV_STARTUP, ENV_STRICT
+from spec_compat.engine.names import ENV_STARTUP
+from spec_compat.engine.selection import requested
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,38 +34,28 @@ FAILED: BaseException | None = None
 def run() -> None:
     """Apply the selection named in the environment (called by the `.pth` line)."""
     global ACTIVE, FAILED
-    names = [n for n in os.environ.get(ENV_PATCHES, "").split(",") if n]
+    names, strict = requested()
     if not names or os.environ.get(ENV_STARTUP) == "0":
         return
     try:
-        from . import REGISTRY, apply, seeded_weights
+        from spec_compat.api import REGISTRY, apply
+        from spec_compat.rehearse import seeded_weights
 
         if os.environ.get(seeded_weights.ENV) == "1":  # a rehearsal with no checkpoint
             seeded_weights.register_when_imported()
         known = set(REGISTRY.patches)
-        apply(only=[n for n in names if n in known], strict=os.environ.get(ENV_STRICT) != "0")
+        apply(only=[n for n in names if n in known], strict=strict)
         ACTIVE = True
     except Exception as exc:  # `site` would print and swallow it: fail where it matters
         FAILED = exc
         _refuse_stock_imports(exc)
 
 
-def export(names: list[str], strict: bool) -> None:
-    """Hand a selection to every process started from now on (read by `run()` there)."""
-    os.environ[ENV_PATCHES] = ",".join(names)
-    os.environ[ENV_STRICT] = "1" if strict else "0"
-
-
-def clear() -> None:
-    os.environ.pop(ENV_PATCHES, None)
-    os.environ.pop(ENV_STRICT, None)
-
-
 def _refuse_stock_imports(exc: Exception) -> None:
     """An unpatched stock extractor must not run silently: importing it raises instead."""
     import wrapt
 
-    from .names import GENERATOR, WORKER
+    from spec_compat.engine.names import GENERATOR, WORKER
 
     def refuse(module: object) -> None:
         raise RuntimeError(
@@ -106,8 +97,8 @@ def worker_report(worker: object = None) -> dict[str, object]:
     whether the start-up hook applied the patches, and the state of each worker-side patch."""
     import multiprocessing
 
-    from . import status
-    from .names import WORKER_TRANSPORT
+    from spec_compat.api import status
+    from spec_compat.engine.names import WORKER_TRANSPORT
 
     transport = getattr(worker, WORKER_TRANSPORT, None)
     return {

@@ -129,7 +129,7 @@ def pytest_runtest_makereport(item, call):
     if item.get_closest_marker("skip"):  # left out by the scope (CI's): nothing was measured
         return
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        from spec_compat.gates import vllm_version
+        from spec_compat.engine.versions import vllm_version
 
         line = item.callspec.params["line"]
         props = dict(item.user_properties)

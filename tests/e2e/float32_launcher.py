@@ -1,5 +1,5 @@
 """Test-only: `spec-compat run ARGS...` with the stock generator's engine in float32
-(`spec_compat.reference.float32_engine`): the 1e-5 oracle needs float32 and the stock code
+(`spec_compat.rehearse.child.float32_engine`): the 1e-5 oracle needs float32 and the stock code
 passes dtype="auto".  The engine's dtype is decided in the driver (workers receive the
 config), so the override lives here and the script runs unchanged."""
 
@@ -10,7 +10,7 @@ import wrapt
 
 @wrapt.when_imported("speculators.data_generation.vllm_hidden_states_generator")
 def _float32(module):
-    from spec_compat.reference import float32_engine
+    from spec_compat.rehearse.child import float32_engine
 
     float32_engine(module)
 

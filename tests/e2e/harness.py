@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spec_compat import rehearsal
-from spec_compat.reference import oracle
-from spec_compat.registry import ENV_PATCHES, UnsupportedDrift
-from spec_compat.rehearsal import relative_error
+from spec_compat.engine.registry import ENV_PATCHES, UnsupportedDrift
+from spec_compat.rehearse import rehearsal
+from spec_compat.rehearse.child import oracle
+from spec_compat.rehearse.rehearsal import relative_error
 
 __all__ = ["oracle", "relative_error"]  # the tests' reference, shared with `rehearse`
 
@@ -270,7 +270,7 @@ def preload_env() -> dict[str, str]:
     libtcmalloc-minimal4; libiomp5 comes with the intel-openmp wheel."""
     from packaging.version import Version
 
-    from spec_compat.gates import vllm_version
+    from spec_compat.engine.versions import vllm_version
 
     version = vllm_version()
     if version is None or not Version("0.18") <= Version(version.base_version) < Version("0.20"):

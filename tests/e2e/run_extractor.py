@@ -23,7 +23,7 @@ generator.
 
 Test-only override: the stock code passes dtype="auto", which vLLM's CPU platform runs in
 bf16; the oracle needs float32, so the engine is forced to float32 in this process
-(`spec_compat.reference.float32_engine`, which rehearsals use too), never by `apply()`.
+(`spec_compat.rehearse.child.float32_engine`, which rehearsals use too), never by `apply()`.
 Writes {"results": per call, "worker": worker report, "status": [...], "seconds": {...}}
 with torch.save.
 """
@@ -212,13 +212,13 @@ def main() -> None:
     import torch
     from speculators.data_generation import vllm_hidden_states_generator as gen
 
-    from spec_compat.reference import float32_engine
+    from spec_compat.rehearse.child import float32_engine
 
     # test-only, in this process: float32 for the oracle; AMX MLA (picked when the CPU has
     # AMX) runs bf16 only, so MLA models are pinned to vLLM's float32-capable CPU_MLA
     float32_engine(gen, spec.get("model_options"), spec.get("attention_backend"))
     if spec.get("seeded_weights"):  # no checkpoint: weights from each tensor's name
-        from spec_compat import seeded_weights
+        from spec_compat.rehearse import seeded_weights
 
         seeded_weights.use(gen)
     if spec.get("kv_blocks"):
@@ -267,7 +267,7 @@ def main() -> None:
             worker = generator.executor.collective_rpc(worker_report)
         status = [r.as_dict() for r in spec_compat.status()]
     # per reply: rows the workers' value test failed (None: not tested there): the counts of
-    # the patches._handoff.WorkerChecks the driver keeps as spec_compat.names.WORKER_CHECKS,
+    # the patches._handoff.WorkerChecks the driver keeps as spec_compat.engine.names.WORKER_CHECKS,
     # spelled out: a launched script never imports spec_compat
     kept = getattr(generator.executor, "spec_compat_worker_checks", None)
     checks = None if kept is None else list(kept.counts)

@@ -7,7 +7,7 @@ SPEC: {"model": dir, "prompts": [[ids]...], "layers": [..], "max_model_len": int
 
 Used where transformers cannot be the oracle (vLLM's CPU MLA kernels differ from
 transformers' DeepSeek-V2, see docs/models.md).  The same reference `rehearse` uses
-(`spec_compat.reference`, mode "native"): each prompt alone, speculators' ids + 1 asked of
+(`spec_compat.rehearse.child`, mode "native"): each prompt alone, speculators' ids + 1 asked of
 vLLM's own aux hidden states.  Writes [[state per layer] per prompt].
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from spec_compat.reference import main
+from spec_compat.rehearse.child import main
 
 if __name__ == "__main__":
     main(["native", sys.argv[1]])

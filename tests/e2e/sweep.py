@@ -336,7 +336,7 @@ NOT_RUNNABLE_ON = {
 
 def not_runnable(arch: str) -> str | None:
     """Why `arch` is not run on the installed vLLM, if it is not."""
-    from spec_compat.gates import in_range, vllm_version
+    from spec_compat.engine.versions import in_range, vllm_version
 
     for specifier, reason in NOT_RUNNABLE_ON.get(arch, {}).items():
         if in_range(vllm_version(), specifier):
@@ -363,7 +363,7 @@ class Candidate:
     hybrid: bool = False  # vLLM's IsHybrid: attention beside Mamba / linear-attention state
     mla: bool = False
     #: no class in transformers: where its config comes from (`config_source`); the model is
-    #: that config alone, on seeded weights (spec_compat.seeded_weights)
+    #: that config alone, on seeded weights (spec_compat.rehearse.seeded_weights)
     carrier: str | None = None
     #: why transformers' own model of a class it has is not used (OWN_LAYOUT, or its build
     #: failed: `build_or_seed`); `carrier` then names the config it runs from, seeded
@@ -443,7 +443,7 @@ def eagle3_architectures() -> list[Candidate]:
         supports_multimodal,
     )
 
-    from spec_compat.capture import route
+    from spec_compat.models.support import route
 
     draft_models, pooling_models = drafts(), poolers()
     generative_models = set(getattr(registry, "_TEXT_GENERATION_MODELS", {})) | set(
@@ -879,7 +879,7 @@ def parameters(cls: type, config) -> int:
 
 def shrunk_config(config_cls: type, arch: str):
     """`config_cls` with SHRINK applied to the keys its decoder's config has."""
-    from spec_compat import miniature
+    from spec_compat.rehearse import miniature
 
     released = dict(RELEASED_KEYS.get(arch, {}))
     released_text = released.pop("text_config", {})  # the nested decoder's released keys
@@ -976,7 +976,7 @@ def write_record(directory: Path, line: str, outcomes: list[Outcome]) -> Path:
     """One JSON file per (vLLM, line); tools/compat_report.py --sweep merges them.  A run of
     some architectures (SPEC_COMPAT_SWEEP_ONLY) replaces theirs and keeps the others', and
     an environment that cannot run one (no torchvision) keeps another's result for it."""
-    from spec_compat.gates import vllm_version
+    from spec_compat.engine.versions import vllm_version
 
     version = str(vllm_version())
     for o in outcomes:

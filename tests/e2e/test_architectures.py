@@ -267,12 +267,12 @@ def test_architecture_matches_transformers_in_the_callers_order(swept, architect
 
 
 def test_doctor_model_says_what_the_sweep_measured(swept, line):
-    """doctor --model's verdict on each class (spec_compat.proofs, shipped) is this run's
+    """doctor --model's verdict on each class (spec_compat.models.proofs, shipped) is this run's
     outcome: proven where exact, refused where the extraction failed, unproven where the
     sweep could not run it.  A change in outcome fails here until the table is regenerated
     (tools/compat_report.py --sweep), so doctor never says OK for a class that fails."""
-    from spec_compat.gates import vllm_version
-    from spec_compat.proofs import proof
+    from spec_compat.engine.versions import vllm_version
+    from spec_compat.models.proofs import proof
 
     expected = {"exact": "proven", "exact vs vLLM": "proven", "error": "failed",
                 "mismatch": "failed", "not run": "unproven"}  # fmt: skip

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from spec_compat import miniature
+from spec_compat.rehearse import miniature
 
 from .harness import run_stock
 from .test_rehearse import rehearse, step_names

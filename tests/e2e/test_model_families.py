@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from spec_compat.names import ENV_REMEASURE
+from spec_compat.engine.names import ENV_REMEASURE
 
 from . import tiny_models
 from .conftest import LAYERS

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from spec_compat import miniature
-from spec_compat import rehearse as rehearsal
+from spec_compat.rehearse import command as rehearsal
+from spec_compat.rehearse import miniature
 
 from .harness import child_env
 
@@ -81,7 +81,7 @@ def test_layer_ids_past_the_end_exit_1_before_building(speculators_dir):
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("example", rehearsal.examples())
 def test_every_shipped_example(speculators_dir, example):
-    from spec_compat.reference import preflight
+    from spec_compat.rehearse.child import preflight
 
     code, report = rehearse(speculators_dir, example, "--max-model-len", "1024")
     config, _ = miniature.shrink(

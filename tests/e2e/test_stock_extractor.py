@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from spec_compat.doctor import EXIT_OK, EXIT_UNPROVEN
-from spec_compat.names import GENERATOR, WORKER
+from spec_compat.cli.doctor import EXIT_OK, EXIT_UNPROVEN
+from spec_compat.engine.names import GENERATOR, WORKER
+from spec_compat.models.proofs import STALE, proof
 from spec_compat.patches import ALL
-from spec_compat.proofs import STALE, proof
 
 from .conftest import LAYERS, LINES
 from .harness import TOLERANCE, compare, outcome, refusal_reason, run_stock

@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from spec_compat.miniature import TOKENIZER_VOCAB as VOCAB
-from spec_compat.miniature import build_tokenizer
+from spec_compat.rehearse.miniature import TOKENIZER_VOCAB as VOCAB
+from spec_compat.rehearse.miniature import build_tokenizer
 
 TEXT = {
     "vocab_size": VOCAB,

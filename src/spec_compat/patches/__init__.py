@@ -3,21 +3,24 @@
 `ORDER` is the listing order: `status()` and doctor list the patches in it.  It does not
 order a stack: patches that wrap one target declare where they stand relative to each other
 (`after=` / `before=` on the declaration), and the registry applies each stack in the order
-those give (`spec_compat.stacks`); between patches with nothing declared, which are
+those give (`spec_compat.engine.stacks`); between patches with nothing declared, which are
 independent, this order decides.  A test checks that every module here is listed.
 
 `LISTING` (`_listing.py`, written by tools/patches_doc.py from the declarations) is what
 `apply()` needs of each patch without importing its module.  The registry loads every
 module once a module they target is imported, and refuses a listing that no longer matches
 its declaration.
+
+Patch modules import the engine, the transport and the model checks
+(`spec_compat.models`), never `spec_compat.api` or anything above it.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from ..patch import ImportPatch, Patch
-from ._listing import LISTING  # noqa: F401  (generated from the declarations)
+from spec_compat.engine.patch import ImportPatch, Patch
+from spec_compat.patches._listing import LISTING  # noqa: F401  (generated from the declarations)
 
 ORDER = (
     "speculators_pydantic_torch",

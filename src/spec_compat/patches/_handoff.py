@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..names import SCHEDULER_REBUILD, STEP_ROWS, WORKER_CHECKS
+from spec_compat.engine.names import SCHEDULER_REBUILD, STEP_ROWS, WORKER_CHECKS
 
 
 class WorkerChecks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..gates import Need, Verdict, signature, signature_text
+from spec_compat.engine.probes import Need, Verdict, signature, signature_text
 
 if TYPE_CHECKING:
     import inspect
@@ -63,7 +63,7 @@ def config_field(
     """A probe's first half for a config field that a patch makes the stock ``name(...)``
     call pass: a verdict where that settles it (the stock call sets the field: not needed;
     the installed class lacks it: drift), else the installed class's parameter."""
-    from ..stock_source import stock_passes
+    from spec_compat.engine.stock_source import stock_passes
 
     found = signature_text(installed)
     if stock_passes(module, name, field):

@@ -11,8 +11,10 @@ import logging
 import os
 from typing import Any
 
-from ..names import WORKER_CHECKED
-from ..transport import (
+from spec_compat.engine.names import WORKER_CHECKED
+from spec_compat.patches._row_checks import bad_row_flags
+from spec_compat.patches._row_matching import RowMatcher
+from spec_compat.transport import (
     Arena,
     CallStore,
     Copier,
@@ -21,8 +23,6 @@ from ..transport import (
     shm_free_bytes,
     to_descriptors,
 )
-from ._row_checks import bad_row_flags
-from ._row_matching import RowMatcher
 
 log = logging.getLogger(__name__)
 #: host threads that move staged rows into the call's blocks (GPU platforms; a layer each)

@@ -20,10 +20,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..patch import declare
-from ..stock_source import stock_passes
-from ._stock import parameters, with_kwargs
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
+from spec_compat.engine.stock_source import stock_passes
+from spec_compat.patches._stock import parameters, with_kwargs
 
 FIELD = "enable_extensible_kv_cache"
 

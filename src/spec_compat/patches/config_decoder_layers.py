@@ -21,9 +21,9 @@ import functools
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
-from ..stock_source import dotted_name, stock_calls, tree
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.stock_source import dotted_name, stock_calls, tree
 
 CALL = "AutoConfig.from_pretrained"
 #: what the stock code reads of the loaded config: the layer count, at the top or one down

@@ -20,8 +20,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
 
 CONFIG = "speculators.data_generation.config_generator"
 

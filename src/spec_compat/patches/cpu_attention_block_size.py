@@ -18,10 +18,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
-from ._cpu import cpu_attention_backend, cpu_block_size, kernel_block_sizes
-from ._stock import with_kwargs
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.patches._cpu import cpu_attention_backend, cpu_block_size, kernel_block_sizes
+from spec_compat.patches._stock import with_kwargs
 
 
 def probe(module: ModuleType) -> Verdict:

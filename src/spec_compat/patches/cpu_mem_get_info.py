@@ -16,10 +16,10 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import declare
-from ._cpu import cpu_mem_get_info
+from spec_compat.engine.names import GENERATOR
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
+from spec_compat.patches._cpu import cpu_mem_get_info
 
 
 def probe(module: ModuleType) -> Verdict:

@@ -17,11 +17,11 @@ import functools
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..names import GENERATOR
-from ..patch import declare
-from ..stock_source import stock_mentions
-from ._cpu import cpu_mem_get_info
+from spec_compat.engine.names import GENERATOR
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.stock_source import stock_mentions
+from spec_compat.patches._cpu import cpu_mem_get_info
 
 CALL = "torch.cuda.mem_get_info"
 

@@ -25,9 +25,9 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..names import GENERATOR
-from ..patch import declare
+from spec_compat.engine.names import GENERATOR
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
 
 STOCK_CONSTANTS = ("MAX_NUM_SEQS", "MIN_MAX_BATCHED_TOKENS")
 

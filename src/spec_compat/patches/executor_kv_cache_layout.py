@@ -20,9 +20,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
-from ._stock import parameters
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.patches._stock import parameters
 
 
 def probe(module: ModuleType) -> Verdict:

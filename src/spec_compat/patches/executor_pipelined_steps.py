@@ -28,10 +28,10 @@ from collections import deque
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..names import NON_BLOCK, SET_METADATA
-from ..patch import declare
-from ..stock_source import stock_ignores_result
+from spec_compat.engine.names import NON_BLOCK, SET_METADATA
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
+from spec_compat.engine.stock_source import stock_ignores_result
 
 #: replies the driver may leave outstanding: about two steps ahead of the workers, well
 #: inside the 10 slots of vLLM's request and reply rings

@@ -26,8 +26,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..patch import declare
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
 
 REBUILD = "build a new VllmHiddenStatesGenerator (this one cannot serve another call)"
 

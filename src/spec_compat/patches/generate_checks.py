@@ -32,10 +32,10 @@ import numbers
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..patch import declare
-from ._handoff import WorkerChecks
-from ._row_checks import row_faults
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
+from spec_compat.patches._handoff import WorkerChecks
+from spec_compat.patches._row_checks import row_faults
 
 
 class CorruptHiddenStates(RuntimeError):

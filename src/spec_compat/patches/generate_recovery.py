@@ -28,10 +28,10 @@ import contextlib
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..names import GENERATOR, RESET_CAPTURE
-from ..patch import declare
-from ._handoff import SchedulerRebuild
+from spec_compat.engine.names import GENERATOR, RESET_CAPTURE
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.patches._handoff import SchedulerRebuild
 
 
 def renew_scheduler(generator: Any, aborted: Any) -> None:

@@ -20,8 +20,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..patch import declare
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
 
 
 def probe(module: ModuleType) -> Verdict:

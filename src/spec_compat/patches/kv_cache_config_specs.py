@@ -15,9 +15,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Verdict, binding_probe, first_attr, missing_and_unexpected
-from ..patch import declare
-from ._stock import parameters, with_kwargs
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Verdict, binding_probe, first_attr, missing_and_unexpected
+from spec_compat.patches._stock import parameters, with_kwargs
 
 CALL = "get_kv_cache_config_from_groups"
 DROPPED = "kv_cache_specs"

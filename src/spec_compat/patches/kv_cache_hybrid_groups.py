@@ -19,9 +19,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, first_attr, signature_text
-from ..patch import declare
-from ..stock_source import stock_calls
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, first_attr, signature_text
+from spec_compat.engine.stock_source import stock_calls
 
 CALL = "_get_kv_cache_groups_uniform_spec"
 PLANNER = "get_kv_cache_groups"

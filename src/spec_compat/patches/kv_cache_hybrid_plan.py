@@ -19,9 +19,13 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Verdict
-from ..patch import declare
-from .kv_cache_hybrid_groups import LayerSpecs, engine_planner, engine_planner_probe
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Verdict
+from spec_compat.patches.kv_cache_hybrid_groups import (
+    LayerSpecs,
+    engine_planner,
+    engine_planner_probe,
+)
 
 CALL = "get_kv_cache_config_from_groups"
 

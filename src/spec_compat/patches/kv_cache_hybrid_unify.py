@@ -24,9 +24,9 @@ import contextlib
 from types import ModuleType
 from typing import Any
 
-from ..gates import Verdict
-from ..patch import declare
-from .kv_cache_hybrid_groups import engine_planner_probe
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Verdict
+from spec_compat.patches.kv_cache_hybrid_groups import engine_planner_probe
 
 CALL = "unify_hybrid_kv_cache_specs"
 

@@ -16,8 +16,8 @@ Remove when: the extractor imports from ``kv_cache_planning`` (or stops planning
 
 from __future__ import annotations
 
-from ..names import GENERATOR
-from ..patch import ImportPatch
+from spec_compat.engine.names import GENERATOR
+from spec_compat.engine.patch import ImportPatch
 
 PATCH = ImportPatch(
     name="kv_cache_planning_module",

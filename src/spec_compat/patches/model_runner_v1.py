@@ -25,9 +25,9 @@ import os
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
-from . import _model_runner as runners
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.patches import _model_runner as runners
 
 KNOB = runners.KNOB
 

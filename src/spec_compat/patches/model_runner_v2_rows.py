@@ -31,12 +31,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..names import SET_METADATA, STORE_CAPTURED, WORKER
-from ..patch import declare
-from ..stock_source import stock_mentions
-from . import _model_runner as runners
-from ._handoff import StepRows, StepRowsUnsupported
+from spec_compat.engine.names import SET_METADATA, STORE_CAPTURED, WORKER
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.stock_source import stock_mentions
+from spec_compat.patches import _model_runner as runners
+from spec_compat.patches._handoff import StepRows, StepRowsUnsupported
 
 #: what the stock 0.4.x bookkeeping orders its metadata by (V1 only)
 V1_ORDER = "input_batch.req_id_to_index"

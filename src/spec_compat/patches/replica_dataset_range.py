@@ -26,9 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..names import ENV_REPLICA
-from ..patch import declare
+from spec_compat.engine.names import ENV_REPLICA
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
 
 
 def probe(module: ModuleType) -> Verdict:

@@ -21,11 +21,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, binding_probe, missing_and_unexpected
-from ..patch import declare
-from ..stock_source import stock_calls
-from ._cpu import cpu_block_size
-from ._stock import parameters
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, binding_probe, missing_and_unexpected
+from spec_compat.engine.stock_source import stock_calls
+from spec_compat.patches._cpu import cpu_block_size
+from spec_compat.patches._stock import parameters
 
 ADDED = {"block_size", "hash_block_size"}
 

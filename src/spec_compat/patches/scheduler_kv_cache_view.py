@@ -22,9 +22,9 @@ import inspect
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, first_attr, signature_text
-from ..patch import declare
-from ..stock_source import stock_passes
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, first_attr, signature_text
+from spec_compat.engine.stock_source import stock_passes
 
 VIEW = "generate_scheduler_kv_cache_config"
 VIEW_PARAMETERS = ["kv_cache_configs"]

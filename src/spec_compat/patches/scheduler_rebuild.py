@@ -21,9 +21,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
-from ._handoff import SchedulerRebuild
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.patches._handoff import SchedulerRebuild
 
 
 def probe(module: ModuleType) -> Verdict:

@@ -30,20 +30,22 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..names import (
+from spec_compat.engine.names import (
     GET_CAPTURED,
     NON_BLOCK,
     RECYCLE_SEGMENTS,
     RESET_CAPTURE,
     WORKER_CHECKED,
 )
-from ..patch import declare
-from ._handoff import WorkerChecks
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.patches._handoff import WorkerChecks
 
 
 def probe(module: ModuleType) -> Verdict:
-    from ..transport import shm_free_bytes  # the transport loads when the patch is decided
+    from spec_compat.transport import (
+        shm_free_bytes,  # the transport loads when the patch is decided
+    )
 
     if shm_free_bytes() == 0:
         return Verdict(Need.NOT_NEEDED, "no /dev/shm here: the stock RPC path stays")
@@ -51,7 +53,7 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: type) -> type:
-    from ..transport import Attachments, ShmFullOnCollect, shm_full_from_worker
+    from spec_compat.transport import Attachments, ShmFullOnCollect, shm_full_from_worker
 
     class MultiprocExecutor(original):  # type: ignore[misc, valid-type]
         _spec_compat_attachments: Attachments | None = None

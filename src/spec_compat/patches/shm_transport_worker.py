@@ -34,9 +34,15 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..names import GET_CAPTURED, RESET_CAPTURE, STORE_CAPTURED, WORKER, WORKER_TRANSPORT
-from ..patch import declare
+from spec_compat.engine.names import (
+    GET_CAPTURED,
+    RESET_CAPTURE,
+    STORE_CAPTURED,
+    WORKER,
+    WORKER_TRANSPORT,
+)
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
 
 METHODS = (RESET_CAPTURE, STORE_CAPTURED, GET_CAPTURED)
 
@@ -46,7 +52,9 @@ def probe(module: ModuleType) -> Verdict:
     missing = [m for m in METHODS if not hasattr(ext, m)]
     if ext is None or missing:
         return Verdict(Need.UNKNOWN, f"HiddenStatesWorkerExtension lacks {missing}")
-    from ..transport import shm_free_bytes  # the transport loads when the patch is decided
+    from spec_compat.transport import (
+        shm_free_bytes,  # the transport loads when the patch is decided
+    )
 
     if shm_free_bytes() == 0:
         return Verdict(Need.NOT_NEEDED, "no /dev/shm here: the stock RPC path stays")
@@ -55,7 +63,7 @@ def probe(module: ModuleType) -> Verdict:
 
 
 def wrap(original: type) -> type:
-    from ._worker_transport import PerLayerTransport, PerRequestTransport
+    from spec_compat.patches._worker_transport import PerLayerTransport, PerRequestTransport
 
     by_request = hasattr(original, "_set_request_metadata")  # speculators 0.4.x
     kind = PerRequestTransport if by_request else PerLayerTransport

@@ -22,8 +22,8 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
 
 REMOVED = "transformers.modeling_attn_mask_utils"
 USER = "models/eagle.py"  # inside the speculators package

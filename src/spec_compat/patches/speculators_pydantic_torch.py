@@ -21,8 +21,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
 
 
 def _string_torch_annotations() -> dict[str, str]:

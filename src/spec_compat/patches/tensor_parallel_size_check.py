@@ -18,9 +18,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Verdict
-from ..patch import declare
-from ._stock import checked_init, generator_init_probe
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Verdict
+from spec_compat.patches._stock import checked_init, generator_init_probe
 
 ARGUMENT = "tensor_parallel_size"
 

@@ -16,9 +16,9 @@ import functools
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
-from ..stock_source import stock_calls
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.stock_source import stock_calls
 
 CALL = "AutoTokenizer.from_pretrained"
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..names import GET_CAPTURED, NON_BLOCK, RESET_CAPTURE
-from ..patch import declare
-from ..stock_source import stock_mentions
+from spec_compat.engine.names import GET_CAPTURED, NON_BLOCK, RESET_CAPTURE
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.stock_source import stock_mentions
 
 
 class CaptureMisaligned(RuntimeError):

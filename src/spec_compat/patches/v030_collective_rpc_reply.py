@@ -23,10 +23,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..names import GET_CAPTURED
-from ..patch import declare
-from ._stock import parameters
+from spec_compat.engine.names import GET_CAPTURED
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
+from spec_compat.patches._stock import parameters
 
 
 def _installed() -> Any:

@@ -21,9 +21,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..patch import declare
-from ._stock import config_field, with_kwargs
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
+from spec_compat.patches._stock import config_field, with_kwargs
 
 FIELD = "enable_chunked_prefill"
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..patch import declare
-from ..stock_source import stock_mentions
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
+from spec_compat.engine.stock_source import stock_mentions
 
 
 def probe(module: ModuleType) -> Verdict:

@@ -17,10 +17,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict
-from ..patch import declare
-from ..stock_source import stock_calls
-from ._stock import prompt_lists
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict
+from spec_compat.engine.stock_source import stock_calls
+from spec_compat.patches._stock import prompt_lists
 
 
 class ResultOrderError(RuntimeError):

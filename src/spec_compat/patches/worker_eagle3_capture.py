@@ -35,11 +35,12 @@ import types
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..gates import Need, Verdict, signature, signature_text
-from ..names import WORKER
-from ..patch import declare
-from ._handoff import StepRows
-from ._model_runner import is_v2
+from spec_compat.engine.names import WORKER
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature, signature_text
+from spec_compat.models.decoder import find_decoder
+from spec_compat.patches._handoff import StepRows
+from spec_compat.patches._model_runner import is_v2
 
 if TYPE_CHECKING:
     import inspect
@@ -47,22 +48,6 @@ if TYPE_CHECKING:
 
 class CaptureUnsupported(RuntimeError):
     """The model cannot give the requested states exactly: refused, never guessed."""
-
-
-def find_decoder(model: Any) -> Any | None:
-    """The module that holds the decoder layers (`.layers`, `.norm`), where there is one:
-    only a model that does not emit the last layer's aux state needs it."""
-    language_model = model.get_language_model() if hasattr(model, "get_language_model") else None
-    candidates = [
-        getattr(language_model, "model", None),
-        language_model,
-        getattr(getattr(model, "language_model", None), "model", None),
-        getattr(model, "model", None),
-    ]
-    for candidate in candidates:
-        if candidate is not None and hasattr(candidate, "layers") and hasattr(candidate, "norm"):
-            return candidate
-    return None
 
 
 @functools.cache

@@ -26,9 +26,9 @@ import math
 from types import ModuleType
 from typing import Any
 
-from ..gates import Need, Verdict, signature_text
-from ..names import WORKER
-from ..patch import declare
+from spec_compat.engine.names import WORKER
+from spec_compat.engine.patch import declare
+from spec_compat.engine.probes import Need, Verdict, signature_text
 
 #: vLLM modules whose CustomOps compute each token from its inputs and weights alone
 PURE_OP_MODULES = (
@@ -119,7 +119,7 @@ def layout(args: tuple, kwargs: dict[str, Any]) -> str:
 
 
 def vllm_release() -> str:
-    from ..gates import vllm_version
+    from spec_compat.engine.versions import vllm_version
 
     return str(vllm_version())
 

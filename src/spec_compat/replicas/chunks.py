@@ -21,9 +21,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data_repair import repair as fix
-from ..data_repair import stamp
-from ..data_set import CONFIG, SAMPLE, check
+from spec_compat.data.dataset import CONFIG, SAMPLE, check
+from spec_compat.data.repair import repair as fix
+from spec_compat.data.repair import stamp
 
 
 @dataclass(frozen=True, order=True)

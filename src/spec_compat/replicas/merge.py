@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data_sample import load
-from ..data_set import CONFIG, LENGTHS
-from .chunks import Chunk
+from spec_compat.data.dataset import CONFIG, LENGTHS
+from spec_compat.data.sample import load
+from spec_compat.replicas.chunks import Chunk
 
 
 class IncompleteRun(RuntimeError):

@@ -31,11 +31,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data_set import CONFIG
-from ..names import ENV_REPLICA
-from .chunks import Chunk, grid, repair, written
-from .merge import complete, merge
-from .progress import Progress
+from spec_compat.data.dataset import CONFIG
+from spec_compat.engine.names import ENV_REPLICA
+from spec_compat.replicas.chunks import Chunk, grid, repair, written
+from spec_compat.replicas.merge import complete, merge
+from spec_compat.replicas.progress import Progress
 
 INSTALL = "pip install 'spec-compat[ray]'"
 #: how often the driver looks at the chunks' folders for the progress bar (seconds)

@@ -22,12 +22,28 @@ call starts), on shutdown, at exit, and by Python's resource tracker if a proces
 Modules: `wire` (the descriptors), `shm` (segments, the per-layer arena, the pool), `worker`
 (per-call stores and the copy engine), `driver` (mapping replies back into tensors).  What
 speculators' worker does with them is `spec_compat.patches._worker_transport`.
+
+It imports nothing of spec_compat outside this package (the patches use it).
 """
 
-from .driver import Attachments, handed_over_class
-from .shm import Arena, Segment, SegmentPool, ShmFull, ShmFullOnCollect, shm_full_from_worker
-from .wire import PREFIX, SHM_DIR, ArenaTensor, adjacent_view, shm_free_bytes, to_descriptors
-from .worker import CallStore, Copier
+from spec_compat.transport.driver import Attachments, handed_over_class
+from spec_compat.transport.shm import (
+    Arena,
+    Segment,
+    SegmentPool,
+    ShmFull,
+    ShmFullOnCollect,
+    shm_full_from_worker,
+)
+from spec_compat.transport.wire import (
+    PREFIX,
+    SHM_DIR,
+    ArenaTensor,
+    adjacent_view,
+    shm_free_bytes,
+    to_descriptors,
+)
+from spec_compat.transport.worker import CallStore, Copier
 
 __all__ = [
     "PREFIX",

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from .wire import SHM_DIR, ArenaTensor, dtype_named
+from spec_compat.transport.wire import SHM_DIR, ArenaTensor, dtype_named
 
 _handed_over_class: Any = None
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .wire import PREFIX, ArenaTensor, shm_free_bytes
+from spec_compat.transport.wire import PREFIX, ArenaTensor, shm_free_bytes
 
 
 class Arena:

@@ -9,8 +9,8 @@ import threading
 import weakref
 from typing import Any
 
-from .shm import Segment, SegmentPool, close_all, new_segment, reserve
-from .wire import SHM_DIR, ArenaTensor
+from spec_compat.transport.shm import Segment, SegmentPool, close_all, new_segment, reserve
+from spec_compat.transport.wire import SHM_DIR, ArenaTensor
 
 
 class CallStore:

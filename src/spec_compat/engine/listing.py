@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from .patch import ImportPatch, Patch, Result, Side, State
+from spec_compat.engine.patch import ImportPatch, Patch, Result, Side, State
 
 AnyPatch = Patch | ImportPatch
 

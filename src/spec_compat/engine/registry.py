@@ -1,7 +1,7 @@
 """The patch registry: selection, gating, apply/revert bookkeeping and results.
 
-One registry holds both kinds of patch (`spec_compat.patch`) and owns the import hook that
-applies import-time patches and refuses unbridgeable pairs (`spec_compat.import_hook`).
+One registry holds both kinds of patch (`spec_compat.engine.patch`) and owns the import hook that
+applies import-time patches and refuses unbridgeable pairs (`spec_compat.engine.import_hook`).
 An attribute patch replaces one name inside a speculators module (never a vLLM object), so
 other vLLM users in the process keep stock vLLM.  Patches for a module that is not imported
 yet land through a post-import hook, so `apply()` itself imports neither torch nor vllm.
@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
-from . import startup
-from .import_hook import ImportHook, Moves
-from .listing import AnyPatch, Declarations, Listing
-from .names import ENV_PATCHES, ENV_STRICT
-from .patch import ImportPatch, Patch, Result, Side, State, UnsupportedDrift
-from .replacements import Replacements
-from .requirements import Requirement
+from spec_compat.engine.import_hook import ImportHook, Moves
+from spec_compat.engine.listing import AnyPatch, Declarations, Listing
+from spec_compat.engine.names import ENV_PATCHES, ENV_STRICT
+from spec_compat.engine.patch import ImportPatch, Patch, Result, Side, State, UnsupportedDrift
+from spec_compat.engine.replacements import Replacements
+from spec_compat.engine.requirements import Requirement
+from spec_compat.engine.selection import clear as clear_selection
+from spec_compat.engine.selection import export as export_selection
 
 __all__ = [
     "ENV_PATCHES",
@@ -48,10 +49,10 @@ class Registry:
         load: Callable[[], Iterable[AnyPatch]] | None = None,
     ):
         """`listing` and `load`: patches known by their listing until `load()` returns their
-        declarations (`patches.LISTING`, `patches.load`: `spec_compat.listing`)."""
+        declarations (`patches.LISTING`, `patches.load`: `spec_compat.engine.listing`)."""
         self.declarations = Declarations(listing, load)
         self.results: dict[str, Result] = {}
-        #: refused as their module is imported (`spec_compat.requirements`)
+        #: refused as their module is imported (`spec_compat.engine.requirements`)
         self.requirements = requirements
         #: former patch names -> the patch that replaced them (accepted with a warning)
         self.renamed = renamed or {}
@@ -86,17 +87,17 @@ class Registry:
 
     def ordered(self) -> list[AnyPatch]:
         """Every patch in application order: each stack as its patches declare it
-        (`spec_compat.stacks`), registration order otherwise; `StackError` if the declared
+        (`spec_compat.engine.stacks`), registration order otherwise; `StackError` if the declared
         relations are broken or circular."""
         if self._order is None:
-            from . import stacks  # with the declarations, not with apply()
+            from spec_compat.engine import stacks  # with the declarations, not with apply()
 
             self._order = stacks.order(list(self.patches.values()))
         return self._order
 
     def stacks(self) -> list[tuple[str, list[AnyPatch]]]:
         """Every target more than one patch wraps, with its patches innermost first."""
-        from . import stacks
+        from spec_compat.engine import stacks
 
         return stacks.stacks(self.ordered())
 
@@ -145,7 +146,7 @@ class Registry:
         strict: bool = True,
     ) -> list[Result]:
         """Select patches and apply each now or when its module is imported; a plain call
-        (`side=None`) also exports the selection to every child process (`startup`)."""
+        (`side=None`) also exports the selection to every child process (`selection.export`)."""
         with self._lock:
             self.strict = strict
             chosen = self.select(only, exclude, side)
@@ -155,7 +156,7 @@ class Registry:
                     if not p.imports:  # an import patch is decided as it imports
                         self.results[p.name] = p.result(State.PENDING)
             if side is None:  # a worker's partial apply keeps the driver's full selection
-                startup.export(self._selected, strict)
+                export_selection(self._selected, strict)
             if self._hook is None:
                 self._hook = ImportHook(self._before_import)
             self._hook.install()
@@ -263,7 +264,7 @@ class Registry:
             p.name: self.decide(p, module if module is not None else sys.modules.get(p.module))
             for p in patches
         }
-        from . import stacks
+        from spec_compat.engine import stacks
 
         stacks.supersede(found, self.patches, self.results)
         return [(p, found[p.name]) for p in patches]
@@ -285,7 +286,7 @@ class Registry:
             self.findings.clear()
             if self._hook is not None:
                 self._hook.uninstall()
-            startup.clear()
+            clear_selection()
 
     def status(self) -> list[Result]:
         with self._lock:
@@ -296,3 +297,18 @@ def _register_post_import_hook(hook: Callable[[ModuleType], None], module_name: 
     import wrapt
 
     wrapt.register_post_import_hook(hook, module_name)
+
+
+#: the registry `spec_compat.apply()` uses in this process (set by `spec_compat.api`)
+_PROCESS: Registry | None = None
+
+
+def set_process_registry(registry: Registry) -> None:
+    """Name this process's registry, so that code below the facade (a patch, the model
+    checks) can ask a patch's state without importing the facade back."""
+    global _PROCESS
+    _PROCESS = registry
+
+
+def process_registry() -> Registry | None:
+    return _PROCESS

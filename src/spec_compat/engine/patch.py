@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, Literal, NamedTuple
 
-from . import gates
-from .gates import Need, Verdict
-from .names import GENERATOR
+from spec_compat.engine import versions
+from spec_compat.engine.names import GENERATOR
+from spec_compat.engine.probes import Need, Verdict
 
 Side = Literal["driver", "worker", "both"]  # both: the driver and every vLLM worker
 
@@ -113,13 +113,13 @@ class Gated:
         """Whether to apply this patch here (`State.APPLIED` means 'apply it'); nothing is
         changed."""
         result = self.result
-        installed = gates.speculators_version()
-        if not gates.in_range(installed, self.speculators):
+        installed = versions.speculators_version()
+        if not versions.in_range(installed, self.speculators):
             return result(
                 State.NOT_NEEDED,
                 f"written for speculators {self.speculators}; installed {installed}",
             )
-        if self.platform is not None and (self.platform == "cpu") != gates.platform_is_cpu():
+        if self.platform is not None and (self.platform == "cpu") != versions.platform_is_cpu():
             where = "only on" if self.platform == "cpu" else "not on"
             return result(State.NOT_NEEDED, f"{where} vLLM's CPU platform")
         try:
@@ -127,8 +127,8 @@ class Gated:
         except Exception as exc:  # a probe that cannot even look is drift too
             verdict = Verdict(Need.UNKNOWN, f"{type(exc).__name__}: {exc}", "probe failed")
         if verdict.need is Need.UNDECIDED:
-            version = gates.vllm_version()
-            inside = gates.in_range(version, self.vllm)
+            version = versions.vllm_version()
+            inside = versions.in_range(version, self.vllm)
             verdict = Verdict(
                 Need.NEEDED if inside else Need.NOT_NEEDED,
                 verdict.found,
@@ -152,13 +152,13 @@ class _PatchFields(NamedTuple):
     platform: Literal["cpu", "gpu"] | None = None  # gpu: any platform but vLLM's CPU one
     default: bool = True  # applied by a plain apply(); False: only when named in `only`
     #: names called by the stock module whose signature drift this patch repairs; the
-    #: generic drift check (spec_compat.drift) counts those calls as supported
+    #: generic drift check (spec_compat.engine.drift) counts those calls as supported
     fixes: tuple[str, ...] = ()
     #: patches that must be selected with this one (they may act in another process, as
     #: the driver and worker halves of the transport do); without them it is skipped
     requires: tuple[str, ...] = ()
     #: patches on the same target that this one wraps: applied before it, so it stands
-    #: outside them and sees what they return (spec_compat.stacks orders each stack)
+    #: outside them and sees what they return (spec_compat.engine.stacks orders each stack)
     after: tuple[str, ...] = ()
     #: patches on the same target that wrap this one (applied after it)
     before: tuple[str, ...] = ()

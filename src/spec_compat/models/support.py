@@ -94,10 +94,11 @@ HYBRID_PLANNER = "kv_cache_hybrid_plan"
 def hybrid_kv_planned() -> tuple[bool, str]:
     """Whether the stock extractor will plan hybrid KV caches here, and the planner's state
     (applied, or pending until the stock module is imported, which decides it then)."""
-    import spec_compat
-    from spec_compat.patch import State
+    from spec_compat.engine.patch import State
+    from spec_compat.engine.registry import process_registry
 
-    for result in spec_compat.status():
+    registry = process_registry()
+    for result in registry.status() if registry is not None else ():
         if result.name == HYBRID_PLANNER:
             return result.state in (State.APPLIED, State.PENDING), result.state.value
     return False, "not selected"
@@ -124,8 +125,8 @@ def model_route(path: str) -> dict[str, Any]:
     """What the capture does for the model at `path`, from its config.json alone, and what
     the architecture sweep measured for its class here (doctor --model): a measured failure
     refuses it."""
-    from .gates import speculators_version, vllm_version
-    from .proofs import proof
+    from spec_compat.engine.versions import speculators_version, vllm_version
+    from spec_compat.models.proofs import proof
 
     config = read_config(path)
     found = route(config.get("architectures") or [])

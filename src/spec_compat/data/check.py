@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .data_set import Report, check
+from spec_compat.data.dataset import Report, check
 
 
 def table(report: Report) -> str:
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
         print(_summary(report, args.repair))
     moved = None
     if args.repair:
-        from .data_repair import repair
+        from spec_compat.data.repair import repair
 
         moved = repair(report, quiet=args.json)
     if args.json:

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .data_set import LENGTHS, LENGTHS_ONLY, SAMPLE, Report
+from spec_compat.data.dataset import LENGTHS, LENGTHS_ONLY, SAMPLE, Report
 
 
 def stamp() -> str:

@@ -13,7 +13,7 @@ not bind and no applied patch repairs it; with --no-patches: any call that does 
 with --model: an architecture the capture cannot serve, or one the sweep saw fail here);
 2 environment problem (vllm or speculators missing, a speculators line spec_compat does not
 know, the stock modules do not import, no config.json at --model); 3 with --model: no exact
-run of the architecture recorded for this vLLM (`spec_compat.proofs`): rehearse it.
+run of the architecture recorded for this vLLM (`spec_compat.models.proofs`): rehearse it.
 
 JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched" |
 "no-patches"), "versions" {name: version|null}, "platform", "patches" [{"name", "side",
@@ -42,13 +42,14 @@ from typing import Any
 
 from packaging.version import Version
 
-from . import REGISTRY, __version__, applied_imports, apply, startup, status
-from .drift import TouchPoint, check, moved_imports
-from .gates import in_range, installed_version
-from .names import GENERATOR, WORKER
-from .patch import ImportPatch, Result, State, UnsupportedDrift
-from .patches._model_runner import runner_report
-from .stacks import described, rendered
+from spec_compat import startup
+from spec_compat.api import REGISTRY, __version__, applied_imports, apply, status
+from spec_compat.engine.drift import TouchPoint, check, moved_imports
+from spec_compat.engine.names import GENERATOR, WORKER
+from spec_compat.engine.patch import ImportPatch, Result, State, UnsupportedDrift
+from spec_compat.engine.stacks import described, rendered
+from spec_compat.engine.versions import in_range, installed_version
+from spec_compat.patches._model_runner import runner_report
 
 EXIT_OK, EXIT_DRIFT, EXIT_ENVIRONMENT, EXIT_UNPROVEN = 0, 1, 2, 3
 #: The stock extractor lines spec_compat knows (0.5+ dropped this extractor upstream).
@@ -150,9 +151,11 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
     if report.problems:
         report.seconds = time.perf_counter() - started
         return report
-    from .launcher import selection  # SPEC_COMPAT_ONLY/EXCLUDE, as `spec-compat run`
+    from spec_compat.engine.selection import (
+        from_user,  # SPEC_COMPAT_ONLY/EXCLUDE, as `spec-compat run`
+    )
 
-    chosen = selection()
+    chosen = from_user()
     if not no_patches:
         apply(strict=False, **chosen)  # what a run does; findings collected, not raised
     refused = REGISTRY.refusals()
@@ -175,7 +178,7 @@ def collect(no_patches: bool = False, model: str | None = None) -> Report:
                 report.problems.append(f"import {name} failed: {type(exc).__name__}: {exc}")
     report.platform = _vllm_platform()
     if model is not None:
-        from .capture import model_route
+        from spec_compat.models.support import model_route
 
         try:
             report.model = model_route(model)

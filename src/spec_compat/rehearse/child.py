@@ -1,6 +1,6 @@
 """What a rehearsal compares: the stock extractor's states and an independent reference.
 
-    python -m spec_compat.reference extract|native SPEC.json [PREFLIGHT.json]
+    python -m spec_compat.rehearse.child extract|native SPEC.json [PREFLIGHT.json]
 
 Each runs in its own process, as a user's script does.  `extract` runs speculators' stock
 `VllmHiddenStatesGenerator` under `spec_compat.apply()`; `native` asks vLLM's own EAGLE-3
@@ -85,11 +85,10 @@ def decoder_layers(lm: Any) -> Any:
 def _apply_selection() -> None:
     """`spec_compat.apply()` with the selection the real run will use (`spec-compat run`
     reads the same variables)."""
-    import spec_compat
+    from spec_compat import api
+    from spec_compat.engine.selection import from_user
 
-    from .launcher import selection
-
-    spec_compat.apply(**selection())
+    api.apply(**from_user())
 
 
 def float32_engine(
@@ -153,8 +152,8 @@ def _native(spec: dict[str, Any]) -> Any:
     from vllm import LLM, SamplingParams
     from vllm.platforms import current_platform
 
-    from .patches.worker_eagle3_capture import find_decoder
-    from .seeded_weights import native_options
+    from spec_compat.models.decoder import find_decoder
+    from spec_compat.rehearse.seeded_weights import native_options
 
     options = native_options(spec)
     if backend := spec.get("attention_backend"):
@@ -255,7 +254,7 @@ def preflight(architectures: list[str]) -> dict[str, Any]:
     from vllm.config import ModelConfig
     from vllm.platforms import current_platform
 
-    from .capture import route
+    from spec_compat.models.support import route
 
     return {
         "route": asdict(route(architectures)),
@@ -271,7 +270,7 @@ def _await(spec_file: Path) -> dict[str, Any]:
     parent = os.getppid()
     while not spec_file.exists():
         if os.getppid() != parent:
-            sys.exit("spec_compat.reference: the rehearsal stopped")
+            sys.exit("spec_compat.rehearse.child: the rehearsal stopped")
         time.sleep(0.05)
     return json.loads(spec_file.read_text())
 

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .rehearsal import (
+from spec_compat.rehearse.rehearsal import (
     BATCH_NOISE,
     CAPTURE_SCALE,
     ENVIRONMENT,
@@ -71,7 +71,7 @@ def examples() -> list[str]:
 def _versions(report: Rehearsal) -> None:
     from importlib import metadata, util
 
-    from .gates import vllm_version
+    from spec_compat.engine.versions import vllm_version
 
     for name in ("vllm", "speculators"):
         if util.find_spec(name) is None:
@@ -86,7 +86,7 @@ def _versions(report: Rehearsal) -> None:
 def _route(config: dict[str, Any], layer_ids: list[int] | None, extractor: Child) -> Any:
     """Layer ids against the real depth at once, then the capture's route for the
     architecture as the extractor's process (which imports vLLM anyway) found it."""
-    from .capture import UnsupportedModel, check_layer_ids, text_layers
+    from spec_compat.models.support import UnsupportedModel, check_layer_ids, text_layers
 
     depth = text_layers(config)
     try:
@@ -103,7 +103,7 @@ def _route(config: dict[str, Any], layer_ids: list[int] | None, extractor: Child
 
 
 def _build(source: Path, directory: Path, tensor_parallel_size: int) -> tuple[Any, str]:
-    from . import miniature
+    from spec_compat.rehearse import miniature
 
     try:
         copy = miniature.build(source, directory, tensor_parallel_size)
@@ -235,7 +235,7 @@ def _rehearse(
     def reference():
         if native is not None:
             return native.finish(report), "beside the extractor"
-        from .reference import oracle
+        from spec_compat.rehearse.child import oracle
 
         return oracle(copy.directory, prompts, layers), ""
 

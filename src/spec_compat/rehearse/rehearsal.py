@@ -1,5 +1,5 @@
 """A rehearsal's report, its verdict, and its child processes (`python -m
-spec_compat.reference`), for `spec_compat.rehearse`."""
+spec_compat.rehearse.child`), for `spec_compat.rehearse.command`."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class Child:
         """Started before its spec exists: it imports vLLM (and, given `architectures`,
         answers `preflight()`) while the rehearsal goes on; `run()` hands it the spec."""
         spec_file, log = workdir / f"{mode}.json", workdir / f"{mode}.log"
-        command = [sys.executable, "-m", "spec_compat.reference", mode, str(spec_file)]
+        command = [sys.executable, "-m", "spec_compat.rehearse.child", mode, str(spec_file)]
         if architectures is not None:
             asked = workdir / f"{mode}.preflight.json"
             asked.write_text(json.dumps({"architectures": architectures}))
@@ -108,7 +108,7 @@ class Child:
         return cls(mode, proc, log, spec_file)
 
     def preflight(self) -> dict[str, Any]:
-        from .reference import route_file
+        from spec_compat.rehearse.child import route_file
 
         answer = route_file(self.spec_file)
         deadline = time.monotonic() + PREFLIGHT_SECONDS
@@ -121,7 +121,7 @@ class Child:
         return json.loads(answer.read_text())
 
     def run(self, spec: dict[str, Any]) -> None:
-        from .reference import write_atomically
+        from spec_compat.rehearse.child import write_atomically
 
         write_atomically(self.spec_file, spec | {"out": str(self.out)})
 
@@ -138,7 +138,7 @@ class Child:
         """The child's result; a failure stops the rehearsal with its error."""
         import torch
 
-        from . import REGISTRY
+        from spec_compat.api import REGISTRY
 
         if self.proc.wait() == 0:
             return torch.load(self.out, weights_only=False)

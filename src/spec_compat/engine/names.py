@@ -52,3 +52,6 @@ ENV_STRICT = "SPEC_COMPAT_STRICT"
 ENV_REMEASURE = "SPEC_COMPAT_REMEASURE"
 #: "0" switches the start-up hook off (children then run unpatched)
 ENV_STARTUP = "SPEC_COMPAT_STARTUP"
+#: a user's patch selection for `spec-compat run`, doctor and rehearsals (comma-separated)
+ENV_ONLY = "SPEC_COMPAT_ONLY"
+ENV_EXCLUDE = "SPEC_COMPAT_EXCLUDE"

@@ -11,9 +11,9 @@ import importlib.util
 from collections.abc import Callable
 from typing import NamedTuple
 
-from . import gates
-from .names import GENERATOR
-from .patch import Result, State
+from spec_compat.engine import versions
+from spec_compat.engine.names import GENERATOR
+from spec_compat.engine.patch import Result, State
 
 
 class Requirement(NamedTuple):
@@ -23,7 +23,7 @@ class Requirement(NamedTuple):
     check: Callable[[], str | None]  # why the pair cannot work, or None
 
     def refusal(self) -> Result | None:
-        if not gates.in_range(gates.speculators_version(), self.speculators):
+        if not versions.in_range(versions.speculators_version(), self.speculators):
             return None
         reason = self.check()
         if reason is None:
@@ -34,7 +34,7 @@ class Requirement(NamedTuple):
             self.module,
             State.UNSUPPORTED,
             reason,
-            f"vLLM {gates.vllm_version()}, speculators {gates.speculators_version()}",
+            f"vLLM {versions.vllm_version()}, speculators {versions.speculators_version()}",
         )
 
 

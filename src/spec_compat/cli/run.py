@@ -13,25 +13,7 @@ import os
 import runpy
 import sys
 
-from .names import ENV_REPLICA, REPLICA_PATCH
-
-ENV_ONLY = "SPEC_COMPAT_ONLY"
-ENV_EXCLUDE = "SPEC_COMPAT_EXCLUDE"
-
-
-def names(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    return [n.strip() for n in value.split(",") if n.strip()]
-
-
-def selection(only: str | None = None, exclude: str | None = None) -> dict[str, list | None]:
-    """`apply()`'s `only`/`exclude` from these values, else from the environment (what
-    `spec-compat run`, `doctor` and rehearsals all apply)."""
-    return {
-        "only": names(only if only is not None else os.environ.get(ENV_ONLY)),
-        "exclude": names(exclude if exclude is not None else os.environ.get(ENV_EXCLUDE)),
-    }
+from spec_compat.engine.names import ENV_REPLICA, REPLICA_PATCH
 
 
 def main(argv: list[str]) -> int:
@@ -63,16 +45,17 @@ def main(argv: list[str]) -> int:
     if args.replicas is not None:
         if args.module or args.replicas < 1 or args.chunks_per_replica < 1:
             parser.error("--replicas takes a SCRIPT and counts of at least 1")
-        from .replicas.run import main as replicas
+        from spec_compat.replicas.run import main as replicas
 
         script, *rest = args.target
         return replicas(args, script, rest)
 
-    import spec_compat
+    from spec_compat import api
+    from spec_compat.engine.selection import from_user
 
-    spec_compat.apply(**selection(args.only, args.exclude))
+    api.apply(**from_user(args.only, args.exclude))
     if os.environ.get(ENV_REPLICA):  # a copy in a replicas run: it writes its chunk only
-        spec_compat.apply(only=[REPLICA_PATCH])
+        api.apply(only=[REPLICA_PATCH])
     if args.module:
         sys.argv = [args.module, *args.target]
         runpy.run_module(args.module, run_name="__main__", alter_sys=True)

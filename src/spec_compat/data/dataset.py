@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data_sample import Problem, Summary, first_line, judge, load
+from spec_compat.data.sample import Problem, Summary, first_line, judge, load
 
 SAMPLE = re.compile(r"data_(0|[1-9][0-9]*)\.pt")
 CONFIG, LENGTHS = "data_config.json", "sample_lengths.json"

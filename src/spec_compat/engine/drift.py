@@ -19,9 +19,9 @@ import inspect
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .gates import signature_text
-from .stock_source import dotted_name
-from .stock_source import tree as stock_tree
+from spec_compat.engine.probes import signature_text
+from spec_compat.engine.stock_source import dotted_name
+from spec_compat.engine.stock_source import tree as stock_tree
 
 
 @dataclass
