@@ -1,7 +1,7 @@
 """Sessions: `nox -s ci` (what CI runs, ~32-36 min on 2 cores), `nox -s exhaustive` (every
 proof on vLLM 0.32.0), `nox -s sweep` (every EAGLE-3 architecture of vLLM 0.32.0),
 `nox -s vision` (multimodal wrappers), `nox -s "e2e(vllm='0.32.0')"`,
-`nox -s faults` (the fault suite of issue 20, in full), `nox -s lint`, `nox -s nightly`.
+`nox -s faults` (the fault suite, in full), `nox -s lint`, `nox -s nightly`.
 
 Each vLLM release gets its own environment under .venvs/ (tools/make_env.py, shared uv cache
 with hard links); both speculators lines live beside it and are chosen per test run.

@@ -8,7 +8,7 @@ and the call inside itself (`time.perf_counter`, so interpreter start-up is not 
 prints it; the median, minimum and maximum are printed here, and whether spec_compat's
 bytecode is cached (without it every run compiles the source it imports).  `--importtime`
 also prints the slowest modules of one run (`python -X importtime`, cumulative
-microseconds).  The goal (issue 35) is a median of at most 50 ms; this is a measurement,
+microseconds).  The goal is a median of at most 50 ms; this is a measurement,
 not a test.  `--baseline SRC` times another source tree of spec_compat (put first on
 `PYTHONPATH`) in alternate runs, side by side, and prints the ratio: hosts differ by more
 than the goal's margin, a ratio does not.

@@ -3,8 +3,8 @@
     .venvs/vllm-0.32.0/bin/python benchmarks/rehearse.py [--lines DIR ...] [EXAMPLE ...]
 
 Each rehearsal runs in a fresh process, one at a time, as a user would start it.  Prints a
-row per (example, line): the outcome, the wall time, its ratio to the 90-second goal of
-issue #17, and where the time went (vLLM import and route, the copy, the extractor, the
+row per (example, line): the outcome, the wall time, its ratio to the 90-second goal,
+and where the time went (vLLM import and route, the copy, the extractor, the
 reference).  The wall time includes the interpreter start.
 """
 

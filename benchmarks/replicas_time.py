@@ -1,4 +1,4 @@
-"""The data script with 1 and 2 replicas against one plain run, side by side (issue 36).
+"""The data script with 1 and 2 replicas against one plain run, side by side.
 
     PYTHONPATH=.venvs/speculators-0.4.0.1 .venvs/vllm-0.32.0/bin/python \
         benchmarks/replicas_time.py [--samples 32] [--batch-size 4]

@@ -7,7 +7,7 @@ raw writes of the same bytes.
     python benchmarks/save_speed.py [--dir /tmp/save-speed] [--gb 5.4] [--samples 256]
 
 A sample is {"input_ids", "hidden_states": [4 layers], "loss_mask"} as the 0.4.x script
-saves it (hidden 2048, bf16: issue 18's 0.95 B Llama pass is 5.42 GB in 256 samples).
+saves it (hidden 2048, bf16: the 0.95 B Llama pass of BENCHMARKS.md is 5.42 GB in 256 samples).
 Prints one JSON line per variant and the ratios to the stock variant (CRC on, 4 threads).
 """
 

@@ -1,4 +1,4 @@
-"""Chunks and the merge of a replicas run (issue 36), on files written here."""
+"""Chunks and the merge of a replicas run, on files written here."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Step "hybrid" of run_release.py (issue 31): every class of the installed vLLM that is both
+"""Step "hybrid" of run_release.py: every class of the installed vLLM that is both
 `IsHybrid` and `SupportsEagle3`, rehearsed on the GPU with `python -m spec_compat rehearse`
-for each speculators line of the kit.
+for each speculators line (`pythonpath(line)`: run_release.py).
 
 The list comes from the installed vLLM's registry, not from a table.  Each class's config is
 its configuration class's defaults (transformers', else the one vLLM ships), written as a
@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,8 @@ def default_config(arch: str) -> dict[str, Any] | None:
     return config.to_dict() | {"architectures": [arch]}
 
 
-def rehearse(directory: Path, line: str, kit: Path, root: Path) -> dict[str, Any]:
-    paths = [root / "src", kit / "site" / f"speculators-{line}", kit / "site", kit / "torchsite"]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(map(str, paths))}
+def rehearse(directory: Path, line: str, pythonpath: Callable[[str], str]) -> dict[str, Any]:
+    env = os.environ | {"PYTHONPATH": pythonpath(line)}
     started = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -80,7 +80,7 @@ def rehearse(directory: Path, line: str, kit: Path, root: Path) -> dict[str, Any
     return {k: report.get(k) for k in keep}
 
 
-def run(summary: dict, kit: Path, root: Path, save) -> None:
+def run(summary: dict, pythonpath: Callable[[str], str], save) -> None:
     import tempfile
 
     work = Path(tempfile.mkdtemp(prefix="hybrid-"))
@@ -105,6 +105,6 @@ def run(summary: dict, kit: Path, root: Path, save) -> None:
         (directory / "config.json").write_text(json.dumps(config, default=str))
         rows[arch] = {"module": module}
         for line in lines:
-            rows[arch][line] = rehearse(directory, line, kit, root)
+            rows[arch][line] = rehearse(directory, line, pythonpath)
             print(f"hybrid {arch} {line}: {rows[arch][line]}", flush=True)
             save(summary)

@@ -32,7 +32,7 @@ def error_lines(stderr: str, count: int = 1) -> list[str]:
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 #: MODEL=mla: a random DeepSeek-V2-shaped model (MLA attention, 12 dense layers) instead
-#: of the 16-layer Llama; the same roles run on it (issue 18's MLA goal)
+#: of the 16-layer Llama; the same roles run on it (the MLA goal)
 MLA = os.environ.get("MODEL") in ("mla", "moe")
 #: MODEL=moe: DeepSeek-V3-shaped instead (MLA, one dense layer, then 32 sigmoid-routed
 #: experts, 4 a token in 4 groups, and a shared expert); needs vLLM's _moe_C (run_h200.sh)
@@ -48,7 +48,7 @@ EXCLUDED = {
     "B-stock-64": TRANSPORT + PIPELINE,
     "B-shm-nochecks": CHECKS,
     "B-nopipe": PIPELINE,
-    # the stock engine settings (32 prompts, 8,192-token steps) instead of vLLM's (issue 34)
+    # the stock engine settings (32 prompts, 8,192-token steps) instead of vLLM's
     "B-stock-settings": ["engine_batch_defaults"],
 }
 #: B-files: the 0.4.x data script's loop (calls of 8 prompts, 4 writer threads, one
@@ -74,7 +74,7 @@ ROLE_ENV = {
     "B-compiled": {"VLLM_DISABLE_COMPILE_CACHE": "1"},
     "A-nographs": {"VLLM_DISABLE_COMPILE_CACHE": "1"},
 }
-#: B-compiled / N-compiled / A-nographs (issue 34's lever 2): torch.compile without CUDA
+#: B-compiled / N-compiled / A-nographs (the compile lever): torch.compile without CUDA
 #: graphs, at vLLM's batch settings
 NO_GRAPHS = {"cudagraph_mode": "NONE"}
 

@@ -1,5 +1,6 @@
-"""Run-time proof of one CUDA vLLM release on the H200 (issue 33), after run_release.sh has
-unpacked the kit of stage_vllm.sh:
+"""Run-time proof of one CUDA vLLM release on a GPU: `bash benchmarks/gpu/run.sh release` on
+any CUDA machine with that vLLM installed, or, on a machine without a package registry,
+after run_release.sh has unpacked the kit of stage_vllm.sh:
 
 1. the unchanged stock extractor of each speculators line with `spec_compat.apply()` on a
    tiny random Llama (`spec_compat.rehearse.child extract`, one process each, as a user's
@@ -30,10 +31,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+#: the staged kit (run_release.sh); on a machine with vLLM installed, no kit: the
+#: interpreter's own packages, and each speculators line from LINES_DIR (run.sh installs them)
 KIT = Path(os.environ.get("KIT", "/tmp/kit"))
+LINES_DIR = Path(os.environ.get("SPEC_COMPAT_LINES_DIR", KIT / "site"))
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 LAYERS = [0, 2, 3]
 TOLERANCE = 1e-5
+
+
+def pythonpath(line: str) -> str:
+    """spec_compat from this checkout, one speculators line, and the kit where there is one."""
+    paths = [ROOT / "src", LINES_DIR / f"speculators-{line}"]
+    paths += [p for p in (KIT / "site", KIT / "torchsite") if p.is_dir()]
+    return os.pathsep.join(map(str, paths))
 
 
 def save(summary: dict) -> None:
@@ -75,8 +86,7 @@ def extract(
             }
         )
     )
-    paths = [ROOT / "src", KIT / "site" / f"speculators-{line}", KIT / "site", KIT / "torchsite"]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(map(str, paths)), "SC_DTYPE": dtype}
+    env = os.environ | {"PYTHONPATH": pythonpath(line), "SC_DTYPE": dtype}
     env["SPEC_COMPAT_EXCLUDE"] = exclude
     started = time.perf_counter()
     proc = subprocess.run(
@@ -140,7 +150,7 @@ def main() -> None:
     if "hybrid" in steps:
         import hybrid_rehearsals
 
-        hybrid_rehearsals.run(summary, KIT, ROOT, save)
+        hybrid_rehearsals.run(summary, pythonpath, save)
     print(json.dumps(summary, indent=2, default=str), flush=True)
 
 
@@ -284,17 +294,7 @@ def families(summary: dict) -> None:
 def harness(summary: dict) -> None:
     """Step 2: run_h200.py's B-shm (0.4.0.1) and N on the harness model, B vs N bitwise."""
     env = os.environ | {"ROLES": os.environ.get("ROLES", "B-shm,N"), "ROUNDS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        map(
-            str,
-            [
-                ROOT / "src",
-                KIT / "site" / "speculators-0.4.0.1",
-                KIT / "site",
-                KIT / "torchsite",
-            ],
-        )
-    )
+    env["PYTHONPATH"] = pythonpath("0.4.0.1")
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu" / "run_h200.py")],

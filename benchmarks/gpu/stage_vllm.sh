@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the carry kit for one CUDA vLLM release on the lent H200, whose image has torch 2.11
-# (shared/docs/gpu-h200-recipe.md; issue 33):
+# (shared/docs/gpu-h200-recipe.md):
 #   EXTRA=nvidia-nccl-cu13==2.30.7 bash benchmarks/gpu/stage_vllm.sh 0.34.0
 #     -> .gpukit-0.34.0/part-aa, part-ab, ... (<= 60 MiB each: one device call each)
 # The kit is wheels as PyPI serves them (already deflated: xz on top saves a quarter and

@@ -1,4 +1,4 @@
-"""Join the dense and MoE calls' `h200.json` files into issue 34's one summary line:
+"""Join the dense and MoE calls' `h200.json` files into one summary line:
 
     python benchmarks/gpu/summary_line.py DENSE/h200.json MOE/h200.json
     H200 summary: dense B/A=X MoE B/A=Y B(files)/N(files)=Z

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """speculators' `scripts/data_generation_offline.py` as the 0.3.0 and 0.4.0.1 tags ship it,
-in its shape (written here, not copied; docs/research/replicas.md reconstructs it), for
-`spec-compat run --replicas` (issue 36), which needs what the other stand-ins leave out:
+in its shape (written here, not copied: its arguments, numbering, resume and output files),
+for `spec-compat run --replicas`, which needs what the other stand-ins leave out:
 the data comes from speculators' own `load_and_preprocess_dataset` (a chat dataset, the
 tokenizer's chat template, seeded shuffle, token frequencies at `--token-freq-path`).
 

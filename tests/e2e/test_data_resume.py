@@ -1,4 +1,4 @@
-"""A data run SIGKILLed at several moments (issue #32): what speculators' own resume
+"""A data run SIGKILLed at several moments: what speculators' own resume
 (`find_last_checkpoint`: highest data_N.pt index + 1) would leave, and that
 `check-data --repair` + that same resume give a set bitwise equal (float32) to an
 uninterrupted run's, which passes `check-data`.

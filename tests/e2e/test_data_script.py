@@ -131,7 +131,7 @@ def test_tensor_parallel_size_zero_is_refused_before_loading(
 def test_without_the_start_up_hook_the_script_fails(line, speculators_dir, tiny_llama, tmp_path):
     """The proof that the hook is what makes the run work: switched off, the spawned
     workers re-import the script unpatched, and under transformers 5 speculators' import
-    fails there (issue #16).  Under transformers 4 the import works, and speculators 0.4.x
+    fails there.  Under transformers 4 the import works, and speculators 0.4.x
     on vLLM 0.16 (its pinned pair) runs even with an unpatched worker."""
     import transformers
 

@@ -1,4 +1,4 @@
-"""A call interrupted at many points, each chosen by count, not wall time (issue 32): the
+"""A call interrupted at many points, each chosen by count, not wall time: the
 same generator's next call equals an uninterrupted one bitwise (interrupt_points.py).
 
 Each test is one extractor process serving one 33-prompt call (two steps) again and again:

@@ -1,4 +1,4 @@
-"""`spec-compat run --replicas 2` (issue 36) on speculators' data script in its upstream shape
+"""`spec-compat run --replicas 2` on speculators' data script in its upstream shape
 (`datagen_upstream_script.py`: speculators' own `load_and_preprocess_dataset` on a chat
 dataset, the tiny Llama with a chat template), on a local Ray cluster and vLLM's CPU
 workers, against one plain `spec-compat run` of the same command (the reference):
