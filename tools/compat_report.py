@@ -4,7 +4,7 @@
                                               #    supported_versions.json
     python tools/compat_report.py --sweep DIR # architecture sweep records
                                               #    -> docs/architectures.json, docs/models.md,
-                                              #    src/spec_compat/models/proofs.json (doctor --model)
+                                              #    models/proofs.json (doctor --model)
     python tools/compat_report.py --sweep DIR --complete   # DIR holds whole sweeps: each
                                               #    replaces every row of its (vLLM, line)
 

@@ -1,6 +1,6 @@
 """`spec-compat check-data DIR [--json] [--repair]`: checks, one sample at a time, a
-directory that speculators' `scripts/data_generation_offline.py` wrote (data_set.py), and
-with `--repair` makes the script's own resume finish it exactly (data_repair.py)."""
+directory that speculators' `scripts/data_generation_offline.py` wrote (dataset.py), and
+with `--repair` makes the script's own resume finish it exactly (repair.py)."""
 
 from __future__ import annotations
 

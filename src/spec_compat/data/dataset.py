@@ -111,7 +111,7 @@ def check(
 ) -> Report:
     """`within`: only these indices make the set (a replicas chunk's folder: other sample
     files there, such as its start placeholder, are neither judged nor strays); `values`:
-    see `data_sample.judge`."""
+    see `sample.judge`."""
     report = Report(directory=directory)
     indices = []
     for entry in sorted(directory.iterdir()):

@@ -6,7 +6,7 @@ Only `PATH/config.json` and the tokenizer files beside it are read.  The copy
 (`miniature.py`) runs through the *stock* extractor under `spec_compat.apply()` on the
 installed vLLM and speculators, with the given tensor parallel size and maximum length, on
 prompts that cross a scheduler step, and its states are compared with an independent
-reference (`reference.py`): transformers in float32, or vLLM's own EAGLE-3 aux hidden
+reference (`child.py`): transformers in float32, or vLLM's own EAGLE-3 aux hidden
 states for MLA models (vLLM's CPU MLA kernels are not transformers' computation).  A gap to
 transformers too small to be a misplaced row is told apart: each prompt alone, the
 extraction must be bitwise vLLM's own aux states (`_tell_apart`).

@@ -84,7 +84,7 @@ def child_env(pythonpath: str | os.PathLike[str] | None = None) -> dict[str, str
 
 @dataclass
 class Child:
-    """`reference.py` in a fresh process, its output in a log file."""
+    """`child.py` in a fresh process, its output in a log file."""
 
     mode: str
     proc: subprocess.Popen

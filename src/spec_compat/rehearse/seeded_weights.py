@@ -84,7 +84,7 @@ def use(generator_module: Any) -> None:
 
 
 def native_options(spec: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's own engine (`reference.py native`) on the same weights, where SPEC asks."""
+    """vLLM's own engine (`child.py native`) on the same weights, where SPEC asks."""
     if not spec.get("seeded_weights"):
         return {}
     register_when_imported()

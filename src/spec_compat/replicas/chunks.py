@@ -70,7 +70,7 @@ def written(folder: Path, chunk: Chunk) -> list[int]:
 def repair(folder: Path, chunk: Chunk, quarantine: Path) -> int:
     """Make `folder` a state the script's own resume finishes exactly; returns the index
     the next attempt starts from.  `spec-compat check-data --repair` on the chunk's indices
-    (`data_set.check(within=)`, `data_repair.repair`): from the first missing, unreadable or
+    (`data.dataset.check(within=)`, `data.repair.repair`): from the first missing, unreadable or
     malformed sample on, every sample moves into a new folder under `quarantine` (nothing is
     deleted); a folder whose samples are all there but whose run did not end (no
     data_config.json) gives up its last sample, or the script would find nothing to do and
