@@ -311,3 +311,27 @@ def test_a_stock_config_read_beyond_the_layer_count_is_unknown_drift(stock_modul
     moved = STOCK_LAYER_COUNT.replace("AutoConfig.from_pretrained", "load_config")
     verdict = config_decoder_layers.probe(importlib.import_module(stock_module(moved)))
     assert verdict.need is Need.UNKNOWN
+
+
+def test_the_hybrid_planner_state_comes_from_this_processs_registry(monkeypatch):
+    """The model checks sit below the API: they read the planner's state from the registry
+    the API named (`set_process_registry`), never by importing the facade."""
+    from types import SimpleNamespace
+
+    from spec_compat.api import REGISTRY
+    from spec_compat.engine import registry
+    from spec_compat.engine.patch import State
+    from spec_compat.models.support import HYBRID_PLANNER, hybrid_kv_planned
+
+    assert registry.process_registry() is REGISTRY
+
+    def with_planner(state: State | None) -> SimpleNamespace:
+        results = [] if state is None else [SimpleNamespace(name=HYBRID_PLANNER, state=state)]
+        return SimpleNamespace(status=lambda: results)
+
+    monkeypatch.setattr(registry, "_PROCESS", with_planner(None))
+    assert hybrid_kv_planned() == (False, "not selected")
+    monkeypatch.setattr(registry, "_PROCESS", with_planner(State.PENDING))
+    assert hybrid_kv_planned() == (True, State.PENDING.value)
+    monkeypatch.setattr(registry, "_PROCESS", with_planner(State.NOT_NEEDED))
+    assert hybrid_kv_planned() == (False, State.NOT_NEEDED.value)
