@@ -73,13 +73,24 @@ TEST_WORKERS = os.environ.get("SPEC_COMPAT_TEST_WORKERS", "2")
 
 
 def _pytest(
-    session: nox.Session, python: str, *args: str, scope: str = "full", sweep: str = "core"
+    session: nox.Session,
+    python: str,
+    *args: str,
+    scope: str = "full",
+    sweep: str = "core",
+    record: bool = False,
 ) -> None:
+    """`record`: the oracle and family tests write their matrix cells to results/ (merged
+    into the tables by `tools/compat_report.py results/`)."""
     env = {
         "SPEC_COMPAT_REQUIRE_E2E": os.environ.get("SPEC_COMPAT_REQUIRE_E2E", "0"),
         "SPEC_COMPAT_E2E_SCOPE": scope,
         "SPEC_COMPAT_SWEEP": sweep,
     }
+    if record:
+        env["SPEC_COMPAT_RESULTS_DIR"] = os.environ.get(
+            "SPEC_COMPAT_RESULTS_DIR", str(ROOT / "results")
+        )
     workers = ["-n", TEST_WORKERS] if TEST_WORKERS != "0" else []
     session.run(python, "-m", "pytest", *workers, *args, *session.posargs, env=env, external=True)
 
@@ -252,10 +263,11 @@ def nightly(session: nox.Session) -> None:
 def exhaustive(session: nox.Session) -> None:
     """Every proof on EXHAUSTIVE_RELEASE (0.32.0): unit tests and the full E2E scope,
     both speculators lines.  A change to a patch, the transport or the capture is not done
-    until this passed."""
+    until this passed.  Its oracle and family tests are that release's matrix cells: they go
+    to results/ as `nox -s matrix`'s do."""
     python = _environment(session, EXHAUSTIVE_RELEASE)
     with _stage(session, f"tests vLLM {EXHAUSTIVE_RELEASE} (full)"):
-        _pytest(session, python, "-p", "no:cacheprovider", "-rs", "--durations=25")
+        _pytest(session, python, "-p", "no:cacheprovider", "-rs", "--durations=25", record=True)
 
 
 @nox.session
