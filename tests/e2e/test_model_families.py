@@ -17,10 +17,12 @@ from .harness import (
     compare,
     kernel_refusal,
     model_refusal,
+    native_failure,
     native_reference,
     oracle,
     outcome,
     patched_and_stock_with_a_small_kv_cache,
+    refusal_reason,
     relative_error,
     run_stock,
 )
@@ -175,6 +177,11 @@ def test_family_matches_the_oracle(
     run = run_family(
         family, speculators_dir, family_model, family_prompts, env={ENV_REMEASURE: "1"}
     )
+    if run.data is None and (refusal := refusal_reason(run.log)):
+        # the installed pair refused before any model loads (e.g. a line's vLLM requirement)
+        record_property("family", family)
+        record_property("refusal", refusal)
+        pytest.xfail(f"spec_compat refuses this pair: {refusal}")
     if run.data is None and (refusal := model_refusal(run.log)):
         # refused from config.json, before any weight loaded (a class without EAGLE-3)
         record_property("family", family)
@@ -199,6 +206,12 @@ def test_family_matches_the_oracle(
         record_property("native_relative_error", off)
         assert off > TOLERANCE, f"refused, yet vLLM's own states are exact ({off:.1e})"
         pytest.xfail(f"refused: {refusal} (vLLM's own aux states: {off:.2g} off)")
+    if run.data is None and (
+        cause := native_failure(family_model, family_prompts, LAYERS, **extractor_options(family))
+    ):
+        # vLLM's own engine, with neither spec_compat nor speculators, fails on this build too
+        record_property("family", family)
+        pytest.skip(f"vLLM's own engine cannot run it on this build: {cause}")
     worst = max_error(run, family_prompts, family_oracle)
     record_property("family", family)
     record_property("reference", FAMILIES[family].reference)
