@@ -101,6 +101,21 @@ def test_a_cell_is_current_only_at_or_after_the_last_change_it_proves(monkeypatc
     assert "uncommitted changes" in compat_report.staleness({"commit": head})
 
 
+def test_a_release_is_pending_until_every_line_and_family_is_current(monkeypatch):
+    def cell(vllm, line, family, current=True):
+        return {"vllm": vllm, "speculators": line, "family": family, "outcome": "passed",
+                "fresh": current}  # fmt: skip
+
+    records = [cell("1.0", "a", "llama"), cell("1.0", "b", "llama"), cell("1.0", "a", "qwen3"),
+               cell("1.0", "b", "qwen3"), cell("2.0", "a", "llama"), cell("2.0", "b", "llama"),
+               cell("3.0", "a", "llama"), cell("3.0", "b", "llama", current=False),
+               cell("3.0", "a", "qwen3"), cell("3.0", "b", "qwen3")]  # fmt: skip
+    monkeypatch.setattr(compat_report, "load", lambda _: {compat_report.key(r): r for r in records})
+    monkeypatch.setattr(compat_report, "current", lambda r: r["fresh"])
+    # 2.0 has no qwen3 cells, 3.0 a stale one, 4.0 none at all
+    assert compat_report.pending(["1.0", "2.0", "3.0", "4.0"]) == ["2.0", "3.0", "4.0"]
+
+
 def test_failure_records_are_one_line_reasons():
     traceback = (
         "self = <x>\n    def test():\n>       assert worst <= TOLERANCE\n"

@@ -200,25 +200,6 @@ def run_in_session(
     return code
 
 
-def _native_run(model: Path, prompts: list[list[int]], layers: list[int], out: Path, **options):
-    spec_file = out.with_suffix(".json")
-    spec_file.write_text(
-        json.dumps(
-            {
-                "model": str(model),
-                "prompts": prompts,
-                "layers": layers,
-                "max_model_len": options.get("max_model_len", 512),
-                "attention_backend": options.get("attention_backend"),
-                "model_options": options.get("model_options") or {},
-                "seeded_weights": options.get("seeded_weights", False),
-                "out": str(out),
-            }
-        )
-    )
-    return _run_child([sys.executable, str(NATIVE_RUNNER), str(spec_file)], child_env(), 600)
-
-
 def native_reference(
     model: Path,
     prompts: list[list[int]],
@@ -234,34 +215,25 @@ def native_reference(
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "native.pt"
-        proc = _native_run(
-            model,
-            prompts,
-            layers,
-            out,
-            max_model_len=max_model_len,
-            attention_backend=attention_backend,
-            model_options=model_options,
-            seeded_weights=seeded_weights,
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(
+            json.dumps(
+                {
+                    "model": str(model),
+                    "prompts": prompts,
+                    "layers": layers,
+                    "max_model_len": max_model_len,
+                    "attention_backend": attention_backend,
+                    "model_options": model_options or {},
+                    "seeded_weights": seeded_weights,
+                    "out": str(out),
+                }
+            )
         )
+        proc = _run_child([sys.executable, str(NATIVE_RUNNER), str(spec_file)], child_env(), 600)
         tail = "\n".join(proc.stdout.splitlines()[-40:])
         assert proc.returncode == 0, f"native reference failed:\n{tail}"
         return torch.load(out)
-
-
-def native_failure(
-    model: Path, prompts: list[list[int]], layers: list[int], **options: Any
-) -> str | None:
-    """vLLM's own engine on `model`, without spec_compat or speculators: its last error line
-    when it cannot run the model on this build, None when it runs.  What tells a failure of
-    vLLM's own (n/a on that build) from one of ours."""
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = _native_run(model, prompts, layers, Path(tmp) / "native.pt", **options)
-    if proc.returncode == 0:
-        return None
-    error = re.compile(r"\b\w+(Error|Exception): .*")
-    errors = [m.group(0) for x in proc.stdout.splitlines() if (m := error.search(x))]
-    return (errors[-1] if errors else proc.stdout.strip().splitlines()[-1])[:300]
 
 
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")

@@ -10,14 +10,13 @@ import pytest
 
 from spec_compat.engine.names import ENV_REMEASURE
 
-from . import tiny_models
+from . import sweep, tiny_models
 from .conftest import LAYERS
 from .harness import (
     TOLERANCE,
     compare,
     kernel_refusal,
     model_refusal,
-    native_failure,
     native_reference,
     oracle,
     outcome,
@@ -206,12 +205,10 @@ def test_family_matches_the_oracle(
         record_property("native_relative_error", off)
         assert off > TOLERANCE, f"refused, yet vLLM's own states are exact ({off:.1e})"
         pytest.xfail(f"refused: {refusal} (vLLM's own aux states: {off:.2g} off)")
-    if run.data is None and (
-        cause := native_failure(family_model, family_prompts, LAYERS, **extractor_options(family))
-    ):
-        # vLLM's own engine, with neither spec_compat nor speculators, fails on this build too
+    if run.data is None and (reason := sweep.not_runnable(architecture_of(family_model))):
+        # the architecture sweep's record of what this vLLM build cannot run (vLLM's own)
         record_property("family", family)
-        pytest.skip(f"vLLM's own engine cannot run it on this build: {cause}")
+        pytest.skip(f"{reason} (here: {run.error})")
     worst = max_error(run, family_prompts, family_oracle)
     record_property("family", family)
     record_property("reference", FAMILIES[family].reference)
