@@ -340,14 +340,19 @@ def model_refusal(log: str) -> str | None:
 
 
 def proven_at() -> dict[str, Any]:
-    """The commit a result is proven at, and whether `src/` had uncommitted changes then
-    (tools/compat_report.py renders such a result stale)."""
+    """The commit a result is proven at, and whether the code a cell proves
+    (`compat_report.WATCHED`) had uncommitted changes then (tools/compat_report.py renders
+    such a result stale); the tables it regenerates between releases (proofs.json) are not
+    that code."""
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""
 
+    spec = importlib.util.spec_from_file_location("compat_report", ROOT / "tools/compat_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
     return {
         "commit": git("rev-parse", "HEAD") or None,
-        "uncommitted": bool(git("status", "--porcelain", "--", "src")),
+        "uncommitted": bool(git("status", "--porcelain", "--", *report.WATCHED)),
     }
