@@ -132,3 +132,28 @@ def test_doctor_calls_a_missing_hook_an_environment_problem(monkeypatch):
     assert any(
         "spec_compat_startup.pth is not in this interpreter's site-packages" in p for p in problems
     )
+
+
+def test_doctor_calls_compiled_ops_that_do_not_load_an_environment_problem(monkeypatch):
+    """vLLM only logs a failed import of its compiled ops; doctor must not say OK then."""
+    import importlib
+
+    from vllm.platforms import current_platform
+
+    from spec_compat.cli import doctor
+
+    real_import = importlib.import_module
+
+    def failing(name, *args):
+        if name == "vllm._C":
+            raise ImportError("version `GLIBC_2.38' not found")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(doctor.importlib, "import_module", failing)
+    versions = {"vllm": "0.32.0", "speculators": "0.4.0.1"}
+    problems = doctor._environment_problems(versions)
+    assert any("compiled ops (vllm._C) do not load" in p and "GLIBC_2.38" in p for p in problems)
+    # with no device at all (a CUDA build on a CPU machine: doctor's signature check) no
+    # engine would run those ops, and nothing is reported
+    monkeypatch.setattr(type(current_platform), "is_unspecified", lambda self: True)
+    assert doctor.compiled_ops_problem() is None

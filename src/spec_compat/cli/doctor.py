@@ -12,7 +12,8 @@ Exit codes: 0 supported; 1 unsupported drift (a patch met an unknown shape, or a
 not bind and no applied patch repairs it; with --no-patches: any call that does not bind;
 with --model: an architecture the capture cannot serve, or one the sweep saw fail here);
 2 environment problem (vllm or speculators missing, a speculators line spec_compat does not
-know, the stock modules do not import, no config.json at --model); 3 with --model: no exact
+know, the stock modules do not import, vLLM's compiled ops do not load, no config.json at
+--model); 3 with --model: no exact
 run of the architecture recorded for this vLLM (`spec_compat.models.proofs`): rehearse it.
 
 JSON schema (`--json`, "schema": 1): {"schema", "spec_compat", "mode" ("patched" |
@@ -119,6 +120,24 @@ def _vllm_platform() -> str | None:
         return f"unknown ({exc})"
 
 
+def compiled_ops_problem() -> str | None:
+    """vLLM's compiled ops not loading where a device would run them: vLLM only logs it and
+    imports on, so every engine fails later, in its workers' start-up (a wheel built for a
+    newer glibc, another CUDA, another CPU)."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_unspecified():  # no device here: nothing would run them
+        return None
+    try:
+        importlib.import_module("vllm._C")
+    except ImportError as exc:
+        return (
+            f"vLLM's compiled ops (vllm._C) do not load in this interpreter: {exc}; no vLLM "
+            "engine can start here: install the vLLM build made for this machine"
+        )
+    return None
+
+
 def _environment_problems(versions: dict[str, str | None]) -> list[str]:
     problems = [
         f"{name} is not installed" for name in ("vllm", "speculators") if not versions[name]
@@ -131,6 +150,8 @@ def _environment_problems(versions: dict[str, str | None]) -> list[str]:
         )
     if startup.FAILED is not None:
         problems.append(f"the start-up hook failed in this process: {startup.FAILED}")
+    if versions["vllm"] and (broken := compiled_ops_problem()):
+        problems.append(broken)
     line = versions["speculators"]
     if line and not in_range(Version(line), KNOWN_SPECULATORS):
         problems.append(
