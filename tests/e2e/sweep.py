@@ -64,6 +64,13 @@ OVERRIDES: dict[str, dict] = {
     # one key/value head, as multi-query means and released configs leave implicit (SHRINK's
     # two would contradict multi_query: vLLM sizes by num_key_value_heads, transformers by it)
     "GPTBigCodeForCausalLM": {"multi_query": True, "num_key_value_heads": 1},
+    "Qwen3MoeForCausalLM": {
+        ">=0.14,<0.15": "vLLM 0.14's CPU fused MoE, on its torch path (float32, which the "
+        "oracle needs), builds its activation op (SiluAndMul, a CustomOp) at the first forward "
+        "(cpu_fused_moe.py: _LazyActivationDict.__missing__), outside any vLLM config context, "
+        "which 0.14's CustomOp asserts ('Current vLLM config is not set'); vLLM's own engine "
+        "fails the same way",
+    },
     "GptOssForCausalLM": {"sliding_window": 64},
     # vLLM reads the released checkpoints' keys, which transformers' config lacks; the
     # values are what transformers' own module does: sigmoid scores, renormalised top-k,
