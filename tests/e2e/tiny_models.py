@@ -240,12 +240,20 @@ def build_deepseek_v3(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     return _save(DeepseekV3ForCausalLM(config), directory)
 
 
+HARMONY_TOKENS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>"]
+
+
 def build_gpt_oss(directory: Path, layers: int = 4, seed: int = 0) -> Path:
     """gpt-oss: attention sinks, sliding-window layers alternating with full ones, biased
     experts with a clamped SwiGLU, YaRN rotary embeddings."""
-    from transformers import GptOssConfig, GptOssForCausalLM
+    from transformers import AutoTokenizer, GptOssConfig, GptOssForCausalLM
 
     _start(directory, seed)
+    # the released tokenizer's harmony tokens: vLLM 0.17-0.19 build gpt-oss's reasoning
+    # parser with the engine and look `<|end|>` up in the vocabulary
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_special_tokens({"additional_special_tokens": HARMONY_TOKENS})
+    tokenizer.save_pretrained(directory)
     config = GptOssConfig(
         num_hidden_layers=layers,
         num_local_experts=4,
@@ -262,7 +270,7 @@ def build_gpt_oss(directory: Path, layers: int = 4, seed: int = 0) -> Path:
             "original_max_position_embeddings": 512,
             "rope_theta": 150000.0,
         },
-        **TEXT,
+        **(TEXT | {"vocab_size": len(tokenizer)}),
     )
     return _save(GptOssForCausalLM(config), directory)
 
