@@ -436,7 +436,15 @@ def claim(records: dict[Key, dict]) -> str:
         {r["vllm"] for r in now if r["status"] == "pass" and key(r)[2] == "llama"}, key=Version
     )
     families = sorted({key(r)[2] for r in now if r["status"] == "pass"})
-    refused = sorted({f"{key(r)[2]} on {r['vllm']}" for r in now if r["status"] == "refused"})
+    # a pair refused as a whole (its Llama is): a line not made for that vLLM, said once
+    pairs = {(r["vllm"], r["speculators"]) for r in now if refused_pair(r)}
+    refused = sorted(
+        {
+            f"{key(r)[2]} on {r['vllm']}"
+            for r in now
+            if r["status"] == "refused" and (r["vllm"], r["speculators"]) not in pairs
+        }
+    )
     stale = sorted({r["vllm"] for r in cpu if not current(r)}, key=Version)
     text = (
         f"On the code of this commit, the hidden states are proven equal to a transformers "
@@ -447,6 +455,9 @@ def claim(records: dict[Key, dict]) -> str:
     )
     if refused:
         text += f"  Refused with their cause, never returned wrong: {', '.join(refused)}."
+    for line in sorted({s for _, s in pairs}, key=Version):
+        on = sorted((v for v, s in pairs if s == line), key=Version)
+        text += f"  speculators {line} is refused before loading on vLLM {', '.join(on)}."
     sweep = load_sweep()
     for version in sorted({v for v, _, _ in sweep}, key=Version):
         rows = [o for (v, _, _), o in sweep.items() if v == version]
@@ -460,6 +471,12 @@ def claim(records: dict[Key, dict]) -> str:
         text += f"  Cells of {len(stale)} releases were proven on earlier code and are being re-run"
         text += "; [docs/compatibility.md](docs/compatibility.md) marks each."
     return text
+
+
+def refused_pair(record: dict) -> bool:
+    """The Llama cell of a (vLLM, speculators) pair that spec_compat refuses before any
+    model loads: the whole line is refused on that release."""
+    return key(record)[2] == "llama" and record["status"] == "refused"
 
 
 def with_claim(readme: str, records: dict[Key, dict]) -> str:
