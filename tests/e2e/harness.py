@@ -200,6 +200,25 @@ def run_in_session(
     return code
 
 
+def _native_run(model: Path, prompts: list[list[int]], layers: list[int], out: Path, **options):
+    spec_file = out.with_suffix(".json")
+    spec_file.write_text(
+        json.dumps(
+            {
+                "model": str(model),
+                "prompts": prompts,
+                "layers": layers,
+                "max_model_len": options.get("max_model_len", 512),
+                "attention_backend": options.get("attention_backend"),
+                "model_options": options.get("model_options") or {},
+                "seeded_weights": options.get("seeded_weights", False),
+                "out": str(out),
+            }
+        )
+    )
+    return _run_child([sys.executable, str(NATIVE_RUNNER), str(spec_file)], child_env(), 600)
+
+
 def native_reference(
     model: Path,
     prompts: list[list[int]],
@@ -215,25 +234,30 @@ def native_reference(
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "native.pt"
-        spec_file = Path(tmp) / "spec.json"
-        spec_file.write_text(
-            json.dumps(
-                {
-                    "model": str(model),
-                    "prompts": prompts,
-                    "layers": layers,
-                    "max_model_len": max_model_len,
-                    "attention_backend": attention_backend,
-                    "model_options": model_options or {},
-                    "seeded_weights": seeded_weights,
-                    "out": str(out),
-                }
-            )
+        proc = _native_run(
+            model,
+            prompts,
+            layers,
+            out,
+            max_model_len=max_model_len,
+            attention_backend=attention_backend,
+            model_options=model_options,
+            seeded_weights=seeded_weights,
         )
-        proc = _run_child([sys.executable, str(NATIVE_RUNNER), str(spec_file)], child_env(), 600)
         tail = "\n".join(proc.stdout.splitlines()[-40:])
         assert proc.returncode == 0, f"native reference failed:\n{tail}"
         return torch.load(out)
+
+
+def fails_in_vllm_alike(run: Run, model: Path, prompts: list[list[int]], **options: Any) -> bool:
+    """Whether vLLM's own engine on `model` (float32 as the run; neither spec_compat nor
+    speculators) fails with the error that stopped `run`: the failure is vLLM's own."""
+    ours = run.error
+    worker = re.search(r"Worker failed with error '(.*?)'", ours)
+    core = worker.group(1) if worker else ours.split(": ", 1)[-1]
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = _native_run(model, prompts[:1], [0], Path(tmp) / "native.pt", **options)
+    return proc.returncode != 0 and bool(core) and core in proc.stdout
 
 
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")

@@ -337,9 +337,8 @@ NOT_RUNNABLE_ON = {
     "GptOssForCausalLM": {
         "<0.12": "vLLM 0.11's CPU build runs no gpt-oss: its CPU attention takes no attention "
         "sinks (0.11.0) and its CPU MoE no swigluoai activation (0.11.1)",
-        ">=0.12,<0.17": "vLLM's CPU attention with sinks runs bf16 only before 0.17 (0.16: "
-        "expected scalar type BFloat16 but found Float in vLLM's own warm-up forward), and the "
-        "oracle needs float32",
+        ">=0.12,<0.17": "vLLM's CPU attention with sinks runs bf16 only (expected scalar type "
+        "BFloat16 but found Float in vLLM's own warm-up forward), and the oracle needs float32",
     },
 }
 
