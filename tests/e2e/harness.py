@@ -64,6 +64,12 @@ class Run:
         return found[-1] if found else "no exception in the log"
 
     @property
+    def first_error(self) -> str:
+        """The engine's report of its worker's error, else the last exception line."""
+        worker = re.search(r"RuntimeError: Worker failed with error '(.*?)'", self.log)
+        return worker.group(0) if worker else self.error
+
+    @property
     def tail(self) -> str:
         return "\n".join(self.log.splitlines()[-40:])
 
@@ -252,9 +258,10 @@ def native_reference(
 def fails_in_vllm_alike(run: Run, model: Path, prompts: list[list[int]], **options: Any) -> bool:
     """Whether vLLM's own engine on `model` (float32 as the run; neither spec_compat nor
     speculators) fails with the error that stopped `run`: the failure is vLLM's own."""
-    ours = run.error
-    worker = re.search(r"Worker failed with error '(.*?)'", ours)
-    core = worker.group(1) if worker else ours.split(": ", 1)[-1]
+    # the engine's own report of its worker's error, where there is one: the last exception
+    # line may be a later one (vLLM 0.20's CPU workers fail again while shutting down)
+    worker = re.search(r"Worker failed with error '(.*?)'", run.log)
+    core = worker.group(1) if worker else run.error.split(": ", 1)[-1]
     with tempfile.TemporaryDirectory() as tmp:
         proc = _native_run(model, prompts[:1], [0], Path(tmp) / "native.pt", **options)
     return proc.returncode != 0 and bool(core) and core in proc.stdout

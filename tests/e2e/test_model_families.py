@@ -214,7 +214,7 @@ def test_family_matches_the_oracle(
         run, family_model, family_prompts, **extractor_options(family)
     ):
         record_property("family", family)
-        pytest.skip(f"vLLM's own engine fails the same way on this build: {run.error}")
+        pytest.skip(f"vLLM's own engine fails the same way on this build: {run.first_error}")
     worst = max_error(run, family_prompts, family_oracle)
     record_property("family", family)
     record_property("reference", FAMILIES[family].reference)
