@@ -53,7 +53,7 @@ class Run:
     @property
     def results(self) -> list[list[dict[str, Any]]]:
         assert self.data is not None, (
-            f"extractor failed (exit {self.returncode}): {self.error}\n{self.tail}"
+            f"extractor failed (exit {self.returncode}): {self.first_error}\n{self.tail}"
         )
         return self.data["results"]
 
