@@ -124,9 +124,12 @@ def compiled_ops_problem() -> str | None:
     """vLLM's compiled ops not loading where a device would run them: vLLM only logs it and
     imports on, so every engine fails later, in its workers' start-up (a wheel built for a
     newer glibc, another CUDA, another CPU)."""
-    from vllm.platforms import current_platform
+    try:
+        from vllm.platforms import current_platform
 
-    if current_platform.is_unspecified():  # no device here: nothing would run them
+        if current_platform.is_unspecified():  # no device here: nothing would run them
+            return None
+    except Exception:  # a platform that does not resolve: the platform line shows it
         return None
     try:
         importlib.import_module("vllm._C")
