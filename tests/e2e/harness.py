@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -64,10 +65,17 @@ class Run:
         return found[-1] if found else "no exception in the log"
 
     @property
+    def worker_error(self) -> str | None:
+        """The engine's report of its worker's error (the last exception line may be a later
+        one: vLLM 0.20's CPU workers fail again while shutting down)."""
+        worker = re.search(r"Worker failed with error '(.*?)'", self.log)
+        return worker.group(1) if worker else None
+
+    @property
     def first_error(self) -> str:
         """The engine's report of its worker's error, else the last exception line."""
-        worker = re.search(r"RuntimeError: Worker failed with error '(.*?)'", self.log)
-        return worker.group(0) if worker else self.error
+        worker = self.worker_error
+        return f"RuntimeError: Worker failed with error '{worker}'" if worker else self.error
 
     @property
     def tail(self) -> str:
@@ -258,10 +266,7 @@ def native_reference(
 def fails_in_vllm_alike(run: Run, model: Path, prompts: list[list[int]], **options: Any) -> bool:
     """Whether vLLM's own engine on `model` (float32 as the run; neither spec_compat nor
     speculators) fails with the error that stopped `run`: the failure is vLLM's own."""
-    # the engine's own report of its worker's error, where there is one: the last exception
-    # line may be a later one (vLLM 0.20's CPU workers fail again while shutting down)
-    worker = re.search(r"Worker failed with error '(.*?)'", run.log)
-    core = worker.group(1) if worker else run.error.split(": ", 1)[-1]
+    core = run.worker_error or run.error.split(": ", 1)[-1]
     with tempfile.TemporaryDirectory() as tmp:
         proc = _native_run(model, prompts[:1], [0], Path(tmp) / "native.pt", **options)
     return proc.returncode != 0 and bool(core) and core in proc.stdout
@@ -380,10 +385,16 @@ def proven_at() -> dict[str, Any]:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""
 
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "uncommitted": bool(git("status", "--porcelain", "--", *_watched())),
+    }
+
+
+@functools.cache
+def _watched() -> tuple[str, ...]:
+    """What a matrix cell proves (`compat_report.WATCHED`), read once per process."""
     spec = importlib.util.spec_from_file_location("compat_report", ROOT / "tools/compat_report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
-    return {
-        "commit": git("rev-parse", "HEAD") or None,
-        "uncommitted": bool(git("status", "--porcelain", "--", *report.WATCHED)),
-    }
+    return tuple(report.WATCHED)
