@@ -18,6 +18,7 @@ SPEC to appear: a rehearsal imports vLLM once, in the process that runs the engi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -152,7 +153,6 @@ def _native(spec: dict[str, Any]) -> Any:
     from vllm import LLM, SamplingParams
     from vllm.platforms import current_platform
 
-    from spec_compat.models.decoder import find_decoder
     from spec_compat.rehearse.seeded_weights import native_options
 
     options = native_options(spec)
@@ -179,58 +179,63 @@ def _native(spec: dict[str, Any]) -> Any:
     # permuted there, a false mismatch)
     ascending = tuple(sorted(set(native_ids)))
 
-    def install(model):
-        """Aux states as vLLM's EAGLE-3 path asks for them: on the decoder where it holds
-        `aux_hidden_state_layers`, else through the model's `set_aux_hidden_state_layers`
-        (vLLM's transformers backend records them in the model's forward)."""
-        decoder = holder = find_decoder(model)
-        # the layers one module deeper: Plamo3Model.layers is a Plamo3Decoder, which holds
-        # the layer list and records the aux states that Plamo3Model's forward returns
-        while holder is not None and hasattr(holder.layers, "layers"):
-            holder = holder.layers
-        if holder is not None and hasattr(holder, "aux_hidden_state_layers"):
-            holder.aux_hidden_state_layers = ascending
-            target = decoder
-        else:
-            model.set_aux_hidden_state_layers(ascending)
-            target = model
-        forward = target.forward
-        model._reference_steps = []
-        past_last = holder is not None and len(holder.layers) == ascending[-1]
-        if past_last:  # independent of the capture's own fallback (the final norm's input)
-            holder.layers[-1].register_forward_hook(
-                lambda _m, _i, out: setattr(model, "_reference_last", _entering_norm(out))
-            )
-
-        def forward_keeping_aux(*args, **kwargs):
-            output = forward(*args, **kwargs)
-            if not isinstance(output, tuple):
-                raise RuntimeError(f"{type(target).__name__} has no native aux hidden states")
-            hidden, aux = output
-            aux = list(aux)
-            if past_last and len(aux) == len(ascending) - 1:  # recorded before layers only
-                aux.append(model._reference_last)
-            model._reference_steps.append([a.clone() for a in aux])
-            return hidden
-
-        target.forward = forward_keeping_aux
-
-    def take(model):
-        steps, model._reference_steps = model._reference_steps, []
-        return steps
-
-    llm.apply_model(install)
+    # module-level callables: some releases pickle what apply_model is handed
+    llm.apply_model(functools.partial(_install_reference, ascending))
     results = []
     # greedy: vLLM's CPU top-k/top-p sampler is compiled by torch on first use (150 s)
     greedy = SamplingParams(max_tokens=1, temperature=0.0)
     for ids in spec["prompts"]:
         llm.generate([{"prompt_token_ids": ids}], greedy, use_tqdm=False)
         # the prefill's steps (one unless a step size cuts the prompt); no decode step runs
-        steps = llm.apply_model(take)[0]
+        steps = llm.apply_model(_take_reference)[0]
         prefill = [torch.cat([s[ascending.index(i)] for s in steps]) for i in native_ids]
         assert all(state.shape[0] == len(ids) for state in prefill), "rows missing or extra"
         results.append(prefill)
     return results
+
+
+def _install_reference(ascending: tuple[int, ...], model: Any) -> None:
+    """Aux states as vLLM's EAGLE-3 path asks for them: on the decoder where it holds
+    `aux_hidden_state_layers`, else through the model's `set_aux_hidden_state_layers`
+    (vLLM's transformers backend records them in the model's forward)."""
+    from spec_compat.models.decoder import find_decoder
+
+    decoder = holder = find_decoder(model)
+    # the layers one module deeper: Plamo3Model.layers is a Plamo3Decoder, which holds
+    # the layer list and records the aux states that Plamo3Model's forward returns
+    while holder is not None and hasattr(holder.layers, "layers"):
+        holder = holder.layers
+    if holder is not None and hasattr(holder, "aux_hidden_state_layers"):
+        holder.aux_hidden_state_layers = ascending
+        target = decoder
+    else:
+        model.set_aux_hidden_state_layers(ascending)
+        target = model
+    forward = target.forward
+    model._reference_steps = []
+    past_last = holder is not None and len(holder.layers) == ascending[-1]
+    if past_last:  # independent of the capture's own fallback (the final norm's input)
+        holder.layers[-1].register_forward_hook(
+            lambda _m, _i, out: setattr(model, "_reference_last", _entering_norm(out))
+        )
+
+    def forward_keeping_aux(*args, **kwargs):
+        output = forward(*args, **kwargs)
+        if not isinstance(output, tuple):
+            raise RuntimeError(f"{type(target).__name__} has no native aux hidden states")
+        hidden, aux = output
+        aux = list(aux)
+        if past_last and len(aux) == len(ascending) - 1:  # recorded before layers only
+            aux.append(model._reference_last)
+        model._reference_steps.append([a.clone() for a in aux])
+        return hidden
+
+    target.forward = forward_keeping_aux
+
+
+def _take_reference(model: Any) -> list[Any]:
+    steps, model._reference_steps = model._reference_steps, []
+    return steps
 
 
 def _entering_norm(layer_output: Any) -> Any:
@@ -303,4 +308,7 @@ def route_file(spec_file: Path) -> Path:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # through the importable module, so that what apply_model pickles names it, not __main__
+    from spec_compat.rehearse.child import main as importable_main
+
+    importable_main(sys.argv[1:])
