@@ -76,7 +76,8 @@ def reason_of(record: dict) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"^(E\s+)?[\w.]*(Error|Exception|Drift)\b", ln)]
     line = (errors[-1] if errors else lines[-1] if lines else "").removeprefix("E").strip()
-    return portable(line.removeprefix("Skipped: "))[:300]
+    # cut, then stripped: a record is read again at each run and must come out the same
+    return portable(line.removeprefix("Skipped: "))[:300].rstrip()
 
 
 def git(*args: str) -> str | None:
