@@ -50,6 +50,8 @@ EXCLUDED = {
     "B-nopipe": PIPELINE,
     # the stock engine settings (32 prompts, 8,192-token steps) instead of vLLM's
     "B-stock-settings": ["engine_batch_defaults"],
+    # the stock eager engine instead of vLLM's compiled one with CUDA graphs
+    "B-eager": ["engine_compiled"],
 }
 #: B-files: the 0.4.x data script's loop (calls of 8 prompts, 4 writer threads, one
 #: torch.save per sample while the next call computes, then os.sync); B-files-256: one call
@@ -474,12 +476,16 @@ def measure(role: str, model: str, rounds: int, out: str | None) -> None:
             del results
         gpu_peak = max(generator.executor.collective_rpc(peak_gpu))
         layout = generator.executor.collective_rpc(transport_layout)
+        from spec_compat.startup import worker_report
+
+        capture = [r.get("capture") for r in generator.executor.collective_rpc(worker_report)]
         print(
             json.dumps(
                 {
                     "rpc_get_seconds_total": sum(rpc_seconds),
                     "rpc_calls": len(rpc_seconds),
                     "transport_layout": layout,
+                    "capture": capture,  # where the worker took the states
                     "driver_threads": torch.get_num_threads(),
                 }
             ),
@@ -574,6 +580,7 @@ def main() -> None:
         ("A", 5, None),
         ("A-stock-settings", 2, None),
         ("B-shm", 5, "/tmp/shm.pt"),
+        ("B-eager", 3, "/tmp/eager.pt"),
         ("B-stock", 1, "/tmp/stock.pt"),
         ("B-stock-settings", 3, "/tmp/stocksettings.pt"),
         ("N-eager", 2, None),
@@ -701,6 +708,7 @@ def compare(summary: dict) -> None:
     for mine, theirs, key in (
         ("/tmp/seqs.pt", "/tmp/stock.pt", "B-seqs256_vs_stock_first_64_prompts"),
         ("/tmp/shm.pt", "/tmp/stocksettings.pt", "B-shm_vs_B-stock-settings_first_64_prompts"),
+        ("/tmp/shm.pt", "/tmp/eager.pt", "B-shm_vs_B-eager_first_64_prompts"),
     ):
         if Path(mine).exists() and Path(theirs).exists():
             summary[key] = native_parity(mine, theirs)
