@@ -29,6 +29,14 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("run_extractor.py")
 NATIVE_RUNNER = Path(__file__).with_name("run_native.py")
 ERROR_LINE = re.compile(r"\b[A-Z]\w*(Error|Exception|Unsupported|Disagrees|Drift)\b: .*")
+
+
+def last_error(text: str) -> str:
+    """The last exception line of `text` (a worker's, without its log prefix)."""
+    found = [m.group(0) for m in map(ERROR_LINE.search, text.splitlines()) if m]
+    return found[-1] if found else "no exception in the log"
+
+
 #: The oracle tolerance: max |vllm - transformers| / max |transformers|, per layer, float32.
 TOLERANCE = 1e-5
 
@@ -61,8 +69,7 @@ class Run:
     @property
     def error(self) -> str:
         """The last exception line of the log (a worker's, without its log prefix)."""
-        found = [m.group(0) for m in map(ERROR_LINE.search, self.log.splitlines()) if m]
-        return found[-1] if found else "no exception in the log"
+        return last_error(self.log)
 
     @property
     def worker_error(self) -> str | None:

@@ -13,11 +13,11 @@ from spec_compat.engine.names import ENV_REMEASURE
 from . import sweep, tiny_models
 from .conftest import LAYERS
 from .harness import (
-    ERROR_LINE,
     TOLERANCE,
     compare,
     fails_in_vllm_alike,
     kernel_refusal,
+    last_error,
     model_refusal,
     native_reference,
     oracle,
@@ -173,8 +173,7 @@ def family_oracle(family, family_model, family_prompts):
                 family_model, family_prompts, LAYERS, **extractor_options(family)
             )
         except AssertionError as failed:  # nothing to prove the capture against here
-            errors = [m.group(0) for m in map(ERROR_LINE.search, str(failed).splitlines()) if m]
-            cause = errors[-1] if errors else "no exception in the log"
+            cause = last_error(str(failed))
             pytest.skip(f"vLLM's own engine cannot run it on this build: {cause}")
     return oracle(family_model, family_prompts, LAYERS)
 
